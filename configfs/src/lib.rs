@@ -1,0 +1,38 @@
+//! Safe primitives over a Linux configfs tree, shared by the `nvmet` and `lio`
+//! crates.
+//!
+//! configfs is a kernel filesystem where creating a directory creates a kernel
+//! object, writing a file sets one of its attributes and a symlink connects two
+//! objects. This crate gives three things on top of that:
+//!
+//! - [`Component`]: one path component that cannot escape or confuse the tree
+//!   (no `/`, NUL, whitespace or control characters, not `.` or `..`, bounded
+//!   length). Every name a caller supplies goes through it.
+//! - [`Step`] and [`Tree::run`]: a plan of mkdir / write / symlink / unlink /
+//!   rmdir steps, relative to a root, executed in order. Object crates compute a
+//!   plan from the difference between desired and present state; the plan is a
+//!   plain value, so its ordering is unit-testable without a kernel.
+//! - [`Tree`] readers: attributes and child listings, with errors that carry
+//!   the path and the errno.
+//!
+//! ```no_run
+//! use configfs::{Component, Step, Tree};
+//!
+//! let tree = Tree::open("/sys/kernel/config/nvmet")?;
+//! let name = Component::new("nqn.2014-08.org.example:vol1", 223)?;
+//! let dir = format!("subsystems/{name}");
+//! tree.run(&[
+//!     Step::mkdir(&dir),
+//!     Step::write(format!("{dir}/attr_allow_any_host"), "1"),
+//! ])?;
+//! println!("{:?}", tree.read_attr(&format!("{dir}/attr_model"))?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod component;
+mod error;
+mod tree;
+
+pub use component::{Component, NameError};
+pub use error::{Error, StepKind};
+pub use tree::{Step, Tree};

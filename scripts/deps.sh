@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Installs everything the build and the kernel lab need (see ../shared/lab.md).
+# Idempotent: on a prepared machine it checks and returns within seconds.
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+BACKPORTS_PKGS=(linux-image-amd64 linux-headers-amd64 zfs-dkms zfsutils-linux libzfslinux-dev qemu-system-x86)
+MAIN_PKGS=(busybox-static lvm2 liblvm2-dev thin-provisioning-tools nvme-cli open-iscsi
+  python3-rtslib-fb targetcli-fb xfsprogs e2fsprogs clang libclang-dev libudev-dev libblkid-dev
+  pkg-config protobuf-compiler openssl udev kmod iproute2 dmsetup)
+
+missing() {
+  local p out=()
+  for p in "$@"; do
+    dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || out+=("$p")
+  done
+  echo "${out[@]:-}"
+}
+
+kernel_ready() {
+  # A kernel image and the zfs module built for it.
+  local v
+  for v in $(ls /lib/modules 2>/dev/null); do
+    [ -f "/boot/vmlinuz-$v" ] && find "/lib/modules/$v" -name 'zfs.ko*' 2>/dev/null | grep -q . && return 0
+  done
+  return 1
+}
+
+add_sources() {
+  local f=/etc/apt/sources.list.d/pillar-csi-lab.sources
+  [ -f "$f" ] && return 0
+  # Same mirror and keyring as the machine's own debian.sources.
+  local uri keyring
+  uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  keyring=$(awk '/^Signed-By:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  : "${uri:=http://deb.debian.org/debian}"
+  : "${keyring:=/usr/share/keyrings/debian-archive-keyring.gpg}"
+  $SUDO tee "$f" >/dev/null <<SRC
+Types: deb
+URIs: $uri
+Suites: bookworm
+Components: contrib
+Signed-By: $keyring
+
+Types: deb
+URIs: $uri
+Suites: bookworm-backports
+Components: main contrib
+Signed-By: $keyring
+SRC
+  UPDATED=0
+}
+
+UPDATED=1
+add_sources
+need_bp=$(missing "${BACKPORTS_PKGS[@]}")
+need_main=$(missing "${MAIN_PKGS[@]}")
+if [ -n "$need_bp$need_main" ] || [ "$UPDATED" = 0 ]; then
+  $SUDO apt-get update -q
+fi
+if [ -n "$need_main" ]; then
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -q --no-install-recommends $need_main
+fi
+if [ -n "$need_bp" ]; then
+  # Headers first (one kernel only), so DKMS builds ZFS once, for that kernel.
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -q -t bookworm-backports $need_bp
+fi
+if ! kernel_ready; then
+  v=$(ls /lib/modules | sort -V | tail -n1)
+  $SUDO dkms autoinstall -k "$v"
+fi
+kernel_ready || { echo "deps: no kernel with a zfs module under /lib/modules" >&2; exit 1; }
+
+if ! command -v vng >/dev/null 2>&1; then
+  pip install -q virtme-ng
+fi
+command -v vng >/dev/null || { echo "deps: vng not on PATH after pip install" >&2; exit 1; }
+echo "deps: ready (kernel $(ls /lib/modules | sort -V | tail -n1))"

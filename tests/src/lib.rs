@@ -1,0 +1,19 @@
+//! Helpers for tests that run in the kernel lab (see `tests/lab/run`).
+//!
+//! Lab tests are marked `#[ignore = "needs the kernel lab"]`; the lab runner
+//! boots a real kernel, prepares a ZFS pool and an LVM volume group, exports
+//! their names in `PILLAR_LAB_*` variables and runs the ignored tests. The
+//! helpers here are the other side of the wire and the independent witnesses:
+//! the kernel NVMe/TCP initiator, the storage CLIs (tests only; product code
+//! uses the libraries), and data patterns written and read back.
+
+pub mod block;
+pub mod cmd;
+pub mod env;
+pub mod nvme;
+
+pub use cmd::{run, CmdError};
+pub use env::Lab;
+
+/// The error type of lab helpers: any failure ends the test with its text.
+pub type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
