@@ -98,6 +98,10 @@ fn linked_nqns(tree: &Tree, dir: &str) -> Result<BTreeSet<Nqn>, Error> {
     Ok(out)
 }
 
+fn trimmed(value: Option<String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned())
+}
+
 fn flag(tree: &Tree, path: &str) -> Result<bool, Error> {
     Ok(tree.parse_attr(path, "0 or 1", |v| match v {
         "0" => Some(false),
@@ -134,8 +138,9 @@ pub(crate) fn read_subsystem(tree: &Tree, nqn: &Nqn) -> Result<Option<Subsystem>
     }
     Ok(Some(Subsystem {
         allow_any_host: flag(tree, &format!("{dir}/attr_allow_any_host"))?,
-        serial: tree.read_attr_opt(&format!("{dir}/attr_serial"))?,
-        model: tree.read_attr_opt(&format!("{dir}/attr_model"))?,
+        // The kernel pads the serial to its field width with spaces.
+        serial: trimmed(tree.read_attr_opt(&format!("{dir}/attr_serial"))?),
+        model: trimmed(tree.read_attr_opt(&format!("{dir}/attr_model"))?),
         namespaces,
         allowed_hosts: linked_nqns(tree, &format!("{dir}/allowed_hosts"))?,
     }))

@@ -17,7 +17,11 @@ fn main() -> Result<()> {
     let zvol = PathBuf::from(format!("/dev/zvol/{dataset}"));
     wait_for(&zvol, Duration::from_secs(20))?;
     let real = std::fs::canonicalize(&zvol)?;
-    println!("1. zvol {dataset} created: {} -> {}", zvol.display(), real.display());
+    println!(
+        "1. zvol {dataset} created: {} -> {}",
+        zvol.display(),
+        real.display()
+    );
 
     let target = Nvmet::open()?;
     let nqn = Nqn::new("nqn.2026-01.com.bhyoo.pillar-csi:labpool.demo-vol")?;
@@ -57,7 +61,11 @@ fn main() -> Result<()> {
 
     let conn = Connection::tcp("127.0.0.1", 4420, nqn.as_str(), host.as_str())?;
     let disk = conn.namespace_device(1)?;
-    println!("3. initiator connected as {host}: controller nvme{}, disk {}", conn.instance, disk.display());
+    println!(
+        "3. initiator connected as {host}: controller nvme{}, disk {}",
+        conn.instance,
+        disk.display()
+    );
 
     let data = pattern(2026, 4 << 20);
     write_at(&disk, 0, &data)?;
@@ -67,8 +75,16 @@ fn main() -> Result<()> {
     println!(
         "   read {} bytes back through NVMe/TCP: {}; on the zvol itself: {}",
         back.len(),
-        if back == data { "identical" } else { "DIFFERENT" },
-        if direct == data { "identical" } else { "DIFFERENT" }
+        if back == data {
+            "identical"
+        } else {
+            "DIFFERENT"
+        },
+        if direct == data {
+            "identical"
+        } else {
+            "DIFFERENT"
+        }
     );
     if back != data || direct != data {
         return Err("data read back differs from what was written".into());

@@ -17,10 +17,14 @@ pub struct Connection {
 impl Connection {
     /// Connects to `nqn` at `addr:port` over TCP as `host_nqn`.
     ///
-    /// Fails (as the kernel does) when the host is not admitted.
+    /// Fails (as the kernel does) when the host is not admitted. The host ID
+    /// is derived from the host NQN: the kernel refuses one host ID under two
+    /// NQNs, so the default ID cannot serve several test hosts.
     pub fn tcp(addr: &str, port: u16, nqn: &str, host_nqn: &str) -> Result<Self> {
-        let opts =
-            format!("transport=tcp,traddr={addr},trsvcid={port},nqn={nqn},hostnqn={host_nqn}");
+        let hostid = host_id(host_nqn);
+        let opts = format!(
+            "transport=tcp,traddr={addr},trsvcid={port},nqn={nqn},hostnqn={host_nqn},hostid={hostid}"
+        );
         let mut f = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -76,6 +80,26 @@ impl Connection {
                 .to_owned(),
         )
     }
+}
+
+/// A UUID-shaped host ID that is the same for the same host NQN.
+fn host_id(host_nqn: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut words = [0u64; 2];
+    for (i, w) in words.iter_mut().enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (i, host_nqn).hash(&mut h);
+        *w = h.finish();
+    }
+    let hex = format!("{:016x}{:016x}", words[0], words[1]);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }
 
 impl Drop for Connection {
