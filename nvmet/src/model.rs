@@ -99,7 +99,8 @@ pub struct Port {
     pub inline_data_size: Option<u32>,
     /// `param_max_queue_size` (kernels that have it); `None` keeps the kernel's.
     pub max_queue_size: Option<u32>,
-    /// Subsystems linked to the port (served on it).
+    /// Subsystems linked to the port (served on it). In a desired state these
+    /// links are added; links to other subsystems are kept.
     pub subsystems: BTreeSet<Nqn>,
 }
 

@@ -22,6 +22,10 @@ pub(crate) fn port_dir(id: PortId) -> String {
 }
 
 /// The steps that turn `present` into `desired` for the objects `desired` names.
+///
+/// Port links are additive: a port's desired `subsystems` are linked, and
+/// links to other subsystems stay (they belong to other exports); a link goes
+/// away with [`plan_teardown`] of its subsystem or port.
 pub fn plan_apply(present: &State, desired: &State) -> Result<Vec<Step>, Error> {
     let mut steps = Vec::new();
     let wanted_hosts: BTreeSet<&Nqn> = desired
@@ -208,14 +212,14 @@ fn plan_port(
         steps.push(Step::mkdir(&dir));
     }
     if attrs.is_empty() {
-        steps.extend(linked.difference(&want.subsystems).map(unlink));
         steps.extend(want.subsystems.difference(&linked).map(link));
     } else {
         // The kernel refuses address writes while the port is enabled, and a
-        // port is enabled while any subsystem is linked to it.
+        // port is enabled while any subsystem is linked to it: unlink all,
+        // write, and link back what was there with what is wanted.
         steps.extend(linked.iter().map(unlink));
         steps.extend(attrs);
-        steps.extend(want.subsystems.iter().map(link));
+        steps.extend(linked.union(&want.subsystems).map(link));
     }
     Ok(())
 }
@@ -466,6 +470,35 @@ mod tests {
         assert!(
             matches!(steps.last(), Some(Step::Symlink { link, .. }) if link.starts_with("ports/1/subsystems/"))
         );
+        Ok(())
+    }
+
+    #[test]
+    fn exporting_one_more_subsystem_keeps_the_other_links() -> Result<(), Error> {
+        let mut present = export("a", "/dev/zd0", &[]);
+        let b = export("b", "/dev/zd16", &[]);
+        present.hosts.clear();
+        let steps = plan_apply(&present, &b)?;
+        assert!(
+            !steps.iter().any(|s| matches!(s, Step::Unlink(_))),
+            "{steps:#?}"
+        );
+        assert!(steps.iter().any(|s| matches!(s, Step::Symlink { link, .. } if link == "ports/1/subsystems/nqn.2026-01.org.example:b")));
+        // Moving the port relinks both.
+        let mut moved = b.clone();
+        if let Some(p) = moved.ports.get_mut(&PortId(1)) {
+            p.address = Some("127.0.0.1:4421".parse().expect("addr"));
+        }
+        let mut both = present.clone();
+        both.subsystems.extend(b.subsystems.clone());
+        if let Some(p) = both.ports.get_mut(&PortId(1)) {
+            p.subsystems.insert(nqn("b"));
+        }
+        let relinks = plan_apply(&both, &moved)?
+            .into_iter()
+            .filter(|s| matches!(s, Step::Symlink { link, .. } if link.starts_with("ports/")))
+            .count();
+        assert_eq!(relinks, 2);
         Ok(())
     }
 

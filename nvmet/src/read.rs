@@ -21,7 +21,7 @@ pub(crate) fn read_all(tree: &Tree) -> Result<State, Error> {
     }
     for name in tree.children("ports")? {
         let id: PortId = name.parse()?;
-        if let Some(port) = read_port(tree, id)? {
+        if let Some(port) = read_port(tree, id, Links::All)? {
             state.ports.insert(id, port);
         }
     }
@@ -40,8 +40,18 @@ pub(crate) fn read_scoped(tree: &Tree, desired: &State) -> Result<State, Error> 
             state.subsystems.insert(nqn.clone(), sub);
         }
     }
-    for id in desired.ports.keys() {
-        if let Some(port) = read_port(tree, *id)? {
+    for (id, want) in &desired.ports {
+        // Only the links the desired state names are looked up, so the cost
+        // does not grow with the exports already on the port; a port whose
+        // address changes needs all of them (they are unlinked and relinked).
+        let mut port = read_port(tree, *id, Links::Only(&want.subsystems))?;
+        if port
+            .as_ref()
+            .is_some_and(|p| p.transport != want.transport || p.address != want.address)
+        {
+            port = read_port(tree, *id, Links::All)?;
+        }
+        if let Some(port) = port {
             state.ports.insert(*id, port);
         }
     }
@@ -70,11 +80,26 @@ pub(crate) fn read_for_teardown(tree: &Tree, teardown: &Teardown) -> Result<Stat
     }
     for name in tree.children("ports")? {
         let id: PortId = name.parse()?;
-        if let Some(port) = read_port(tree, id)? {
+        let links = if teardown.ports.contains(&id) {
+            Links::All
+        } else {
+            Links::Only(&teardown.subsystems)
+        };
+        if let Some(port) = read_port(tree, id, links)? {
             state.ports.insert(id, port);
         }
     }
     Ok(state)
+}
+
+/// Which subsystem links of a port to read.
+#[derive(Clone, Copy)]
+pub(crate) enum Links<'a> {
+    /// Every link.
+    All,
+    /// Only links to these subsystems (by the link's name, which this crate
+    /// makes equal to the NQN).
+    Only(&'a BTreeSet<Nqn>),
 }
 
 fn read_hosts(tree: &Tree) -> Result<BTreeSet<Nqn>, Error> {
@@ -146,7 +171,7 @@ pub(crate) fn read_subsystem(tree: &Tree, nqn: &Nqn) -> Result<Option<Subsystem>
     }))
 }
 
-pub(crate) fn read_port(tree: &Tree, id: PortId) -> Result<Option<Port>, Error> {
+pub(crate) fn read_port(tree: &Tree, id: PortId, links: Links<'_>) -> Result<Option<Port>, Error> {
     let dir = port_dir(id);
     if !tree.exists(&dir) {
         return Ok(None);
@@ -163,6 +188,13 @@ pub(crate) fn read_port(tree: &Tree, id: PortId) -> Result<Option<Port>, Error> 
         address,
         inline_data_size: number(tree, &format!("{dir}/param_inline_data_size"))?,
         max_queue_size: number(tree, &format!("{dir}/param_max_queue_size"))?,
-        subsystems: linked_nqns(tree, &format!("{dir}/subsystems"))?,
+        subsystems: match links {
+            Links::All => linked_nqns(tree, &format!("{dir}/subsystems"))?,
+            Links::Only(names) => names
+                .iter()
+                .filter(|n| tree.exists(&format!("{dir}/subsystems/{n}")))
+                .cloned()
+                .collect(),
+        },
     }))
 }

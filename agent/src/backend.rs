@@ -1,0 +1,67 @@
+//! Storage backends behind one small trait: a ZFS pool or an LVM volume group.
+use crate::{error::AgentError, marks::BackendRecord, volume::VolumeId};
+use std::{collections::BTreeMap, path::PathBuf};
+
+/// Which kind of backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// ZFS zvols.
+    Zvol,
+    /// LVM logical volumes.
+    Lvm,
+}
+
+/// A volume as the backend sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeState {
+    /// Size in bytes.
+    pub capacity_bytes: u64,
+    /// The block device node.
+    pub device_path: PathBuf,
+}
+
+/// Options of a new volume.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// ZFS properties by name (`sparse`, `volblocksize`, `compression`, ...).
+    pub zfs_properties: BTreeMap<String, String>,
+    /// Thin LV (`Some(true)`), linear (`Some(false)`), or the backend's default.
+    pub thin: Option<bool>,
+}
+
+/// Capacity of a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// Total bytes.
+    pub total_bytes: u64,
+    /// Bytes a new volume can use.
+    pub available_bytes: u64,
+    /// Bytes in use.
+    pub used_bytes: u64,
+}
+
+/// One configured backend. Methods are synchronous; the service runs them
+/// on blocking worker threads, several at once for different volumes.
+pub trait Backend: Send + Sync {
+    /// The kind.
+    fn kind(&self) -> BackendKind;
+    /// The pool or volume group this backend serves (the first component of its volume IDs).
+    fn pool(&self) -> &str;
+    /// Where a volume ID lives (its dataset, or VG and LV); refuses IDs the backend cannot hold.
+    fn locate(&self, id: &VolumeId) -> Result<BackendRecord, AgentError>;
+    /// Creates the volume, or returns it when it already exists with the same size.
+    fn create(
+        &self,
+        at: &BackendRecord,
+        bytes: u64,
+        options: &CreateOptions,
+    ) -> Result<VolumeState, AgentError>;
+    /// The volume's state, `None` when it does not exist.
+    fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError>;
+    /// Destroys the volume, never recursively; a missing volume is success.
+    fn destroy(&self, at: &BackendRecord) -> Result<(), AgentError>;
+    /// Grows the volume to at least `bytes`; returns the new size. Never shrinks.
+    fn expand(&self, at: &BackendRecord, bytes: u64) -> Result<u64, AgentError>;
+    /// The backend's capacity.
+    fn capacity(&self) -> Result<Capacity, AgentError>;
+}

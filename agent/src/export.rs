@@ -1,0 +1,193 @@
+//! Exports behind one small trait: NVMe/TCP through nvmet, iSCSI through LIO.
+use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
+use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, Teardown};
+use std::{path::Path, sync::Mutex};
+
+/// A transport protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    /// NVMe/TCP.
+    NvmeofTcp,
+    /// iSCSI.
+    Iscsi,
+}
+
+impl Protocol {
+    /// The name used in marks and volume handles.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::NvmeofTcp => "nvmeof-tcp",
+            Protocol::Iscsi => "iscsi",
+        }
+    }
+
+    /// Parses [`Protocol::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "nvmeof-tcp" => Some(Protocol::NvmeofTcp),
+            "iscsi" => Some(Protocol::Iscsi),
+            _ => None,
+        }
+    }
+}
+
+/// Where initiators find an export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportInfo {
+    /// Subsystem NQN or target IQN.
+    pub target_id: String,
+    /// Listen address and port.
+    pub listener: Listener,
+    /// Namespace ID or LUN.
+    pub lun: u32,
+}
+
+/// One protocol's kernel target. Methods are synchronous and idempotent.
+pub trait Exporter: Send + Sync {
+    /// The protocol.
+    fn protocol(&self) -> Protocol;
+    /// Checks an initiator name (host NQN or IQN) for this protocol.
+    fn check_initiator(&self, initiator: &str) -> Result<(), AgentError>;
+    /// Makes the export of `volume` serving `device` match `record`.
+    fn export(
+        &self,
+        volume: &VolumeId,
+        device: &Path,
+        record: &ExportRecord,
+    ) -> Result<ExportInfo, AgentError>;
+    /// Removes the export of `volume`, if present.
+    fn unexport(&self, volume: &VolumeId) -> Result<(), AgentError>;
+    /// Tells connected initiators the device changed size.
+    fn revalidate(&self, volume: &VolumeId) -> Result<(), AgentError>;
+    /// Whether the kernel target is reachable.
+    fn health(&self) -> Result<(), AgentError>;
+}
+
+/// The NQN prefix of every subsystem this agent makes.
+pub const NQN_PREFIX: &str = "nqn.2026-01.com.bhyoo.pillar-csi:";
+const NSID: u32 = 1;
+
+/// NVMe/TCP exports through the kernel nvmet target: one subsystem per
+/// volume (namespace 1), all linked to one port.
+#[derive(Debug)]
+pub struct NvmetExporter {
+    target: Nvmet,
+    listener: Listener,
+    port: PortId,
+    /// configfs changes are serialised: they are fast, and two exports
+    /// racing to create the shared port would collide.
+    apply: Mutex<()>,
+}
+
+impl NvmetExporter {
+    /// An exporter on `target` listening on `listener` through port `port`.
+    pub fn new(target: Nvmet, listener: Listener, port: PortId) -> Self {
+        Self {
+            target,
+            listener,
+            port,
+            apply: Mutex::new(()),
+        }
+    }
+
+    /// The subsystem NQN of a volume.
+    pub fn nqn(volume: &VolumeId) -> Result<Nqn, AgentError> {
+        Ok(Nqn::new(&format!(
+            "{NQN_PREFIX}{}",
+            volume.target_suffix()
+        ))?)
+    }
+
+    fn locked<T>(&self, f: impl FnOnce() -> Result<T, AgentError>) -> Result<T, AgentError> {
+        let _guard = self
+            .apply
+            .lock()
+            .map_err(|_| AgentError::Internal("nvmet exporter lock poisoned".into()))?;
+        f()
+    }
+}
+
+impl Exporter for NvmetExporter {
+    fn protocol(&self) -> Protocol {
+        Protocol::NvmeofTcp
+    }
+
+    fn check_initiator(&self, initiator: &str) -> Result<(), AgentError> {
+        Nqn::new(initiator)
+            .map(|_| ())
+            .map_err(|e| AgentError::InvalidArgument(format!("initiator_id: {e}")))
+    }
+
+    fn export(
+        &self,
+        volume: &VolumeId,
+        device: &Path,
+        record: &ExportRecord,
+    ) -> Result<ExportInfo, AgentError> {
+        let nqn = Self::nqn(volume)?;
+        let hosts = if record.acl {
+            record
+                .allowed_initiators
+                .iter()
+                .map(|h| {
+                    Nqn::new(h).map_err(|e| AgentError::InvalidArgument(format!("initiator: {e}")))
+                })
+                .collect::<Result<_, _>>()?
+        } else {
+            Default::default()
+        };
+        let mut sub = Subsystem {
+            allow_any_host: !record.acl,
+            allowed_hosts: hosts,
+            ..Default::default()
+        };
+        sub.namespaces.insert(
+            Nsid::new(u64::from(NSID))?,
+            Namespace {
+                device_path: device.to_path_buf(),
+                enabled: true,
+                ..Default::default()
+            },
+        );
+        let mut port = Port::tcp(std::net::SocketAddr::new(
+            self.listener.address,
+            self.listener.port,
+        ));
+        port.subsystems.insert(nqn.clone());
+        let mut desired = State::default();
+        desired.subsystems.insert(nqn.clone(), sub);
+        desired.ports.insert(self.port, port);
+        self.locked(|| Ok(self.target.apply(&desired)?))?;
+        Ok(ExportInfo {
+            target_id: nqn.to_string(),
+            listener: self.listener,
+            lun: NSID,
+        })
+    }
+
+    fn unexport(&self, volume: &VolumeId) -> Result<(), AgentError> {
+        let nqn = Self::nqn(volume)?;
+        self.locked(|| {
+            self.target.teardown(&Teardown {
+                subsystems: [nqn].into(),
+                ..Default::default()
+            })?;
+            Ok(())
+        })
+    }
+
+    fn revalidate(&self, volume: &VolumeId) -> Result<(), AgentError> {
+        let nqn = Self::nqn(volume)?;
+        if !self.target.tree().exists(&format!("subsystems/{nqn}")) {
+            return Ok(());
+        }
+        Ok(self
+            .target
+            .revalidate_size(&nqn, Nsid::new(u64::from(NSID))?)?)
+    }
+
+    fn health(&self) -> Result<(), AgentError> {
+        Nvmet::open_at(self.target.tree().root())?;
+        Ok(())
+    }
+}

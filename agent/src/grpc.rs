@@ -1,0 +1,411 @@
+//! The gRPC face of the agent: requests checked and translated, replies built.
+//! Errors become status codes in one place ([`crate::error`]).
+use crate::{
+    backend::{BackendKind, CreateOptions},
+    error::AgentError,
+    export::Protocol,
+    fence::Token,
+    marks::ExportRecord,
+    service::Agent,
+};
+use pillar_csi_proto::agent::v1::{self as pb, agent_service_server::AgentService};
+use std::{sync::Arc, time::SystemTime};
+use tonic::{Request, Response, Status};
+use tracing::instrument;
+
+/// The tonic service over an [`Agent`].
+#[derive(Clone)]
+pub struct AgentGrpc {
+    agent: Arc<Agent>,
+    version: String,
+}
+
+impl AgentGrpc {
+    /// Serves `agent`, reporting `version` in GetCapabilities.
+    pub fn new(agent: Arc<Agent>, version: impl Into<String>) -> Self {
+        Self {
+            agent,
+            version: version.into(),
+        }
+    }
+}
+
+fn backend_kind(value: i32) -> Result<Option<BackendKind>, AgentError> {
+    match pb::BackendType::try_from(value) {
+        Ok(pb::BackendType::Unspecified) => Ok(None),
+        Ok(pb::BackendType::ZfsZvol) => Ok(Some(BackendKind::Zvol)),
+        Ok(pb::BackendType::Lvm) => Ok(Some(BackendKind::Lvm)),
+        Err(_) => Err(AgentError::InvalidArgument(format!(
+            "backend_type {value} is not a known BackendType"
+        ))),
+    }
+}
+
+fn backend_type(kind: BackendKind) -> pb::BackendType {
+    match kind {
+        BackendKind::Zvol => pb::BackendType::ZfsZvol,
+        BackendKind::Lvm => pb::BackendType::Lvm,
+    }
+}
+
+fn protocol(value: i32) -> Result<Protocol, AgentError> {
+    match pb::ProtocolType::try_from(value) {
+        Ok(pb::ProtocolType::NvmeofTcp) => Ok(Protocol::NvmeofTcp),
+        Ok(pb::ProtocolType::Iscsi) => Ok(Protocol::Iscsi),
+        Ok(pb::ProtocolType::Unspecified) => Err(AgentError::InvalidArgument(
+            "protocol_type is required (PROTOCOL_TYPE_NVMEOF_TCP or PROTOCOL_TYPE_ISCSI)".into(),
+        )),
+        Err(_) => Err(AgentError::InvalidArgument(format!(
+            "protocol_type {value} is not a known ProtocolType"
+        ))),
+    }
+}
+
+fn protocol_type(p: Protocol) -> pb::ProtocolType {
+    match p {
+        Protocol::NvmeofTcp => pb::ProtocolType::NvmeofTcp,
+        Protocol::Iscsi => pb::ProtocolType::Iscsi,
+    }
+}
+
+fn token(fence: Option<pb::FenceToken>) -> Option<Token> {
+    fence.map(|f| Token {
+        volume_uid: f.volume_uid,
+        generation: f.generation,
+    })
+}
+
+fn export_record(acl: bool, initiators: Vec<String>) -> ExportRecord {
+    ExportRecord {
+        acl,
+        allowed_initiators: initiators.into_iter().collect(),
+    }
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+#[tonic::async_trait]
+impl AgentService for AgentGrpc {
+    #[instrument(skip_all)]
+    async fn get_capabilities(
+        &self,
+        _: Request<pb::GetCapabilitiesRequest>,
+    ) -> Reply<pb::GetCapabilitiesResponse> {
+        let mut backend_types: Vec<i32> = self
+            .agent
+            .backends()
+            .iter()
+            .map(|b| backend_type(b.kind()) as i32)
+            .collect();
+        backend_types.sort_unstable();
+        backend_types.dedup();
+        Ok(Response::new(pb::GetCapabilitiesResponse {
+            backend_types,
+            protocol_types: self
+                .agent
+                .exporters()
+                .map(|e| protocol_type(e.protocol()) as i32)
+                .collect(),
+            agent_version: self.version.clone(),
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn get_capacity(
+        &self,
+        request: Request<pb::GetCapacityRequest>,
+    ) -> Reply<pb::GetCapacityResponse> {
+        let r = request.into_inner();
+        let c = self
+            .agent
+            .capacity(backend_kind(r.backend_type)?, &r.pool)
+            .await?;
+        Ok(Response::new(pb::GetCapacityResponse {
+            total_bytes: c.total_bytes,
+            available_bytes: c.available_bytes,
+            used_bytes: c.used_bytes,
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_volumes(
+        &self,
+        _: Request<pb::ListVolumesRequest>,
+    ) -> Reply<pb::ListVolumesResponse> {
+        let volumes = self
+            .agent
+            .list_volumes()
+            .await?
+            .into_iter()
+            .map(|v| {
+                let kind = match &v.mark.backend {
+                    Some(crate::marks::BackendRecord::Zvol { .. }) => pb::BackendType::ZfsZvol,
+                    Some(crate::marks::BackendRecord::Lv { .. }) => pb::BackendType::Lvm,
+                    None => pb::BackendType::Unspecified,
+                };
+                pb::VolumeInfo {
+                    volume_id: v.mark.volume_id.clone(),
+                    backend_type: kind as i32,
+                    capacity_bytes: v.state.as_ref().map_or(0, |s| s.capacity_bytes),
+                    device_path: v
+                        .state
+                        .as_ref()
+                        .map(|s| s.device_path.display().to_string())
+                        .unwrap_or_default(),
+                    fence: v.mark.fence.live.as_ref().map(|l| pb::FenceToken {
+                        volume_uid: l.volume_uid.clone(),
+                        generation: l.generation,
+                    }),
+                    ended: v.mark.fence.live.is_none(),
+                    exports: v
+                        .mark
+                        .exports
+                        .keys()
+                        .filter_map(|p| Protocol::parse(p))
+                        .map(|p| protocol_type(p) as i32)
+                        .collect(),
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::ListVolumesResponse { volumes }))
+    }
+
+    #[instrument(skip_all)]
+    async fn health_check(
+        &self,
+        _: Request<pb::HealthCheckRequest>,
+    ) -> Reply<pb::HealthCheckResponse> {
+        let mut components = Vec::new();
+        let mut push = |name: String, result: Result<(), AgentError>| {
+            components.push(pb::ComponentHealth {
+                name,
+                healthy: result.is_ok(),
+                message: result.err().map(|e| e.to_string()).unwrap_or_default(),
+            })
+        };
+        for e in self.agent.exporters() {
+            let name = match e.protocol() {
+                Protocol::NvmeofTcp => "nvmet",
+                Protocol::Iscsi => "lio",
+            };
+            let e = e.clone();
+            push(
+                name.into(),
+                tokio::task::spawn_blocking(move || e.health())
+                    .await
+                    .map_err(AgentError::from)
+                    .and_then(|r| r),
+            );
+        }
+        for b in self.agent.backends() {
+            let prefix = match b.kind() {
+                BackendKind::Zvol => "zfs",
+                BackendKind::Lvm => "lvm",
+            };
+            let name = format!("{prefix}:{}", b.pool());
+            let b = b.clone();
+            let r = tokio::task::spawn_blocking(move || b.capacity().map(|_| ()))
+                .await
+                .map_err(AgentError::from)
+                .and_then(|r| r);
+            push(name, r);
+        }
+        let dir = self.agent.marks().dir().to_path_buf();
+        push(
+            "state".into(),
+            std::fs::metadata(&dir).map(|_| ()).map_err(|e| {
+                AgentError::Unavailable(format!("state directory {}: {e}", dir.display()))
+            }),
+        );
+        Ok(Response::new(pb::HealthCheckResponse {
+            healthy: components.iter().all(|c| c.healthy),
+            components,
+            checked_at: Some(prost_types::Timestamp::from(SystemTime::now())),
+        }))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
+    async fn create_volume(
+        &self,
+        request: Request<pb::CreateVolumeRequest>,
+    ) -> Reply<pb::CreateVolumeResponse> {
+        let r = request.into_inner();
+        let options = CreateOptions {
+            zfs_properties: r.zfs_properties.into_iter().collect(),
+            thin: match pb::LvmProvisioning::try_from(r.lvm_provisioning) {
+                Ok(pb::LvmProvisioning::Unspecified) => None,
+                Ok(pb::LvmProvisioning::Linear) => Some(false),
+                Ok(pb::LvmProvisioning::Thin) => Some(true),
+                Err(_) => {
+                    return Err(AgentError::InvalidArgument(format!(
+                        "lvm_provisioning {} is not known",
+                        r.lvm_provisioning
+                    ))
+                    .into())
+                }
+            },
+        };
+        let state = self
+            .agent
+            .create_volume(
+                &r.volume_id,
+                backend_kind(r.backend_type)?,
+                r.capacity_bytes,
+                options,
+                token(r.fence).as_ref(),
+            )
+            .await?;
+        Ok(Response::new(pb::CreateVolumeResponse {
+            volume_id: r.volume_id,
+            capacity_bytes: state.capacity_bytes,
+            device_path: state.device_path.display().to_string(),
+        }))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
+    async fn delete_volume(
+        &self,
+        request: Request<pb::DeleteVolumeRequest>,
+    ) -> Reply<pb::DeleteVolumeResponse> {
+        let r = request.into_inner();
+        self.agent
+            .delete_volume(
+                &r.volume_id,
+                backend_kind(r.backend_type)?,
+                token(r.fence).as_ref(),
+            )
+            .await?;
+        Ok(Response::new(pb::DeleteVolumeResponse {}))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
+    async fn expand_volume(
+        &self,
+        request: Request<pb::ExpandVolumeRequest>,
+    ) -> Reply<pb::ExpandVolumeResponse> {
+        let r = request.into_inner();
+        let capacity_bytes = self
+            .agent
+            .expand_volume(
+                &r.volume_id,
+                backend_kind(r.backend_type)?,
+                r.requested_bytes,
+                token(r.fence).as_ref(),
+            )
+            .await?;
+        Ok(Response::new(pb::ExpandVolumeResponse { capacity_bytes }))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
+    async fn export_volume(
+        &self,
+        request: Request<pb::ExportVolumeRequest>,
+    ) -> Reply<pb::ExportVolumeResponse> {
+        let r = request.into_inner();
+        let info = self
+            .agent
+            .export_volume(
+                &r.volume_id,
+                backend_kind(r.backend_type)?,
+                protocol(r.protocol_type)?,
+                export_record(r.acl_enabled, r.allowed_initiators),
+                token(r.fence).as_ref(),
+            )
+            .await?;
+        Ok(Response::new(pb::ExportVolumeResponse {
+            target_id: info.target_id,
+            address: info.listener.address.to_string(),
+            port: u32::from(info.listener.port),
+            lun: info.lun,
+        }))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
+    async fn unexport_volume(
+        &self,
+        request: Request<pb::UnexportVolumeRequest>,
+    ) -> Reply<pb::UnexportVolumeResponse> {
+        let r = request.into_inner();
+        self.agent
+            .unexport_volume(
+                &r.volume_id,
+                protocol(r.protocol_type)?,
+                token(r.fence).as_ref(),
+            )
+            .await?;
+        Ok(Response::new(pb::UnexportVolumeResponse {}))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
+    async fn allow_initiator(
+        &self,
+        request: Request<pb::AllowInitiatorRequest>,
+    ) -> Reply<pb::AllowInitiatorResponse> {
+        let r = request.into_inner();
+        self.agent
+            .set_initiator(
+                &r.volume_id,
+                protocol(r.protocol_type)?,
+                &r.initiator_id,
+                true,
+                token(r.fence).as_ref(),
+            )
+            .await?;
+        Ok(Response::new(pb::AllowInitiatorResponse {}))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
+    async fn deny_initiator(
+        &self,
+        request: Request<pb::DenyInitiatorRequest>,
+    ) -> Reply<pb::DenyInitiatorResponse> {
+        let r = request.into_inner();
+        self.agent
+            .set_initiator(
+                &r.volume_id,
+                protocol(r.protocol_type)?,
+                &r.initiator_id,
+                false,
+                token(r.fence).as_ref(),
+            )
+            .await?;
+        Ok(Response::new(pb::DenyInitiatorResponse {}))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
+    async fn release_volume(
+        &self,
+        request: Request<pb::ReleaseVolumeRequest>,
+    ) -> Reply<pb::ReleaseVolumeResponse> {
+        let r = request.into_inner();
+        self.agent
+            .release_volume(
+                &r.volume_id,
+                backend_kind(r.backend_type)?,
+                token(r.fence).as_ref(),
+            )
+            .await?;
+        Ok(Response::new(pb::ReleaseVolumeResponse {}))
+    }
+
+    #[instrument(skip_all)]
+    async fn reconcile_state(
+        &self,
+        request: Request<pb::ReconcileStateRequest>,
+    ) -> Reply<pb::ReconcileStateResponse> {
+        let mut desired = Vec::new();
+        for e in request.into_inner().exports {
+            desired.push((
+                e.volume_id,
+                protocol(e.protocol_type)?,
+                export_record(e.acl_enabled, e.allowed_initiators),
+                token(e.fence),
+            ));
+        }
+        let out = self.agent.reconcile_exports(desired).await;
+        Ok(Response::new(pb::ReconcileStateResponse {
+            repaired: out.applied,
+            refused: out.failed,
+        }))
+    }
+}

@@ -1,0 +1,26 @@
+//! The pillar-csi storage-node agent.
+//!
+//! It composes the host libraries (`nvmet`, and the ZFS and LVM backends)
+//! into the `pillar_csi.agent.v1.AgentService` gRPC service:
+//!
+//! - [`fence`]: the fencing rules every mutating request passes first;
+//! - [`marks`]: durable fence marks, one file per volume, written atomically;
+//! - [`locks`]: one lock per volume ID;
+//! - [`backend`] and [`export`]: the small traits behind which storage and
+//!   kernel targets live, and the nvmet exporter;
+//! - [`service`]: the operations, independent of gRPC;
+//! - [`grpc`]: the tonic service; [`error`]: the one mapping to status codes;
+//! - [`config`] and [`server`]: configuration, start-up reconciliation,
+//!   periodic resync and serving with mTLS.
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod export;
+pub mod fence;
+pub mod grpc;
+pub mod locks;
+pub mod marks;
+pub mod server;
+pub mod service;
+pub mod volume;

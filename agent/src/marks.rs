@@ -1,0 +1,309 @@
+//! Durable fence marks: one file per volume ID under the state directory.
+//!
+//! A mark holds the volume's fence (lifecycle, generation, ended UIDs), its
+//! backend identity and every export with its allowed initiators: enough to
+//! re-create the volatile configfs state after a reboot. Files are written
+//! atomically (temporary file, fsync, rename, fsync of the folder) and never
+//! edited by hand. The file name is a reversible encoding of the volume ID
+//! (every byte outside `[A-Za-z0-9_-]` as `%XX`), so no ID can name a path
+//! outside the folder.
+use crate::fence::Fence;
+use serde::{Deserialize, Serialize};
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::{self, Write},
+    path::{Path, PathBuf},
+};
+
+/// The format version written in every mark.
+pub const MARK_VERSION: u32 = 1;
+const SUFFIX: &str = ".mark.json";
+/// The longest encoded file name (stays under the usual 255-byte limit).
+const MAX_FILE_NAME: usize = 250;
+
+/// How a volume is exported over one protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportRecord {
+    /// Only `allowed_initiators` may connect.
+    pub acl: bool,
+    /// Host NQNs or initiator IQNs.
+    pub allowed_initiators: std::collections::BTreeSet<String>,
+}
+
+/// Where the volume lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum BackendRecord {
+    /// A zvol.
+    Zvol {
+        /// Its full dataset name.
+        dataset: String,
+    },
+    /// A logical volume.
+    Lv {
+        /// Volume group.
+        vg: String,
+        /// Logical volume.
+        lv: String,
+    },
+}
+
+/// Everything the agent records about one volume ID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FenceMark {
+    /// Format version ([`MARK_VERSION`]).
+    pub version: u32,
+    /// The agent volume ID.
+    pub volume_id: String,
+    /// Fencing state.
+    pub fence: Fence,
+    /// The backend volume, once created.
+    pub backend: Option<BackendRecord>,
+    /// Exports by protocol name (`nvmeof-tcp`, `iscsi`).
+    pub exports: BTreeMap<String, ExportRecord>,
+}
+
+impl FenceMark {
+    /// An empty mark for `volume_id`.
+    pub fn new(volume_id: &str) -> Self {
+        Self {
+            version: MARK_VERSION,
+            volume_id: volume_id.to_owned(),
+            fence: Fence::default(),
+            backend: None,
+            exports: BTreeMap::new(),
+        }
+    }
+}
+
+/// A failure of the mark store.
+#[derive(Debug, thiserror::Error)]
+pub enum MarkError {
+    /// The mark exists but cannot be read as a mark.
+    #[error(
+        "fence mark of volume {volume_id} at {path} is corrupt: {why}; the volume is left alone"
+    )]
+    Corrupt {
+        /// The volume.
+        volume_id: String,
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        why: String,
+    },
+    /// The volume ID cannot be a file name.
+    #[error("volume ID {0:?} is too long to record")]
+    TooLong(String),
+    /// The file system refused.
+    #[error("fence mark store {path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> MarkError + '_ {
+    move |source| MarkError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Encodes a volume ID as a file name stem.
+pub fn encode(volume_id: &str) -> String {
+    let mut out = String::with_capacity(volume_id.len());
+    for b in volume_id.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Decodes a file name stem made by [`encode`].
+pub fn decode(stem: &str) -> Option<String> {
+    let bytes = stem.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = stem.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The folder of marks.
+#[derive(Debug, Clone)]
+pub struct MarkStore {
+    dir: PathBuf,
+}
+
+impl MarkStore {
+    /// Opens (creating if needed, mode 0700) the folder of marks.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Self, MarkError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = dir.into();
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io_err(&dir))?;
+        Ok(Self { dir })
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, volume_id: &str) -> Result<PathBuf, MarkError> {
+        let name = format!("{}{SUFFIX}", encode(volume_id));
+        if name.len() > MAX_FILE_NAME {
+            return Err(MarkError::TooLong(volume_id.to_owned()));
+        }
+        Ok(self.dir.join(name))
+    }
+
+    /// Reads the mark of `volume_id`; `None` when there is none.
+    pub fn load(&self, volume_id: &str) -> Result<Option<FenceMark>, MarkError> {
+        let path = self.path(volume_id)?;
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let mark: FenceMark = serde_json::from_slice(&bytes).map_err(|e| MarkError::Corrupt {
+            volume_id: volume_id.to_owned(),
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+        if mark.volume_id != volume_id || mark.version != MARK_VERSION {
+            return Err(MarkError::Corrupt {
+                volume_id: volume_id.to_owned(),
+                path,
+                why: format!(
+                    "it records volume {:?} in format {}, expected {volume_id:?} in format {MARK_VERSION}",
+                    mark.volume_id, mark.version
+                ),
+            });
+        }
+        Ok(Some(mark))
+    }
+
+    /// Writes `mark` atomically and durably.
+    pub fn save(&self, mark: &FenceMark) -> Result<(), MarkError> {
+        let path = self.path(&mark.volume_id)?;
+        let tmp = self.dir.join(format!(
+            ".{}.tmp",
+            path.file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default()
+        ));
+        let body = serde_json::to_vec_pretty(mark).map_err(|e| MarkError::Io {
+            path: path.clone(),
+            source: io::Error::other(e),
+        })?;
+        {
+            let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+            f.write_all(&body).map_err(io_err(&tmp))?;
+            f.sync_all().map_err(io_err(&tmp))?;
+        }
+        fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(&self.dir))
+    }
+
+    /// Every volume ID with a mark file, sorted.
+    pub fn volume_ids(&self) -> Result<Vec<String>, MarkError> {
+        let mut ids = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
+            let entry = entry.map_err(io_err(&self.dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(id) = name.strip_suffix(SUFFIX).and_then(decode) {
+                ids.push(id);
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fence::Token;
+
+    #[test]
+    fn encoding_round_trips_and_stays_in_the_folder() {
+        for id in [
+            "tank/pvc-1",
+            "data-vg/legacy",
+            "../x",
+            "a/../../b",
+            "a\0b",
+            "a\nb",
+            ".",
+            "é/ü",
+        ] {
+            let e = encode(id);
+            assert!(!e.contains(['/', '.', '\0', '\n']), "{e}");
+            assert_eq!(decode(&e).as_deref(), Some(id));
+        }
+        assert_eq!(decode("%zz"), None);
+        assert_eq!(decode("%4"), None);
+    }
+
+    #[test]
+    fn marks_survive_and_corruption_is_confined() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = MarkStore::open(dir.path().join("agent"))?;
+        let mut mark = FenceMark::new("tank/pvc-1");
+        let (fence, _) = mark.fence.admit(
+            "tank/pvc-1",
+            Some(&Token {
+                volume_uid: "u1".into(),
+                generation: 2,
+            }),
+            crate::fence::Call::Other,
+        )?;
+        mark.fence = fence;
+        mark.backend = Some(BackendRecord::Zvol {
+            dataset: "tank/k8s/pvc-1".into(),
+        });
+        store.save(&mark)?;
+        store.save(&FenceMark::new("vg/lv"))?;
+        assert_eq!(store.load("tank/pvc-1")?, Some(mark));
+        assert_eq!(
+            store.volume_ids()?,
+            vec!["tank/pvc-1".to_owned(), "vg/lv".to_owned()]
+        );
+        assert_eq!(store.load("tank/none")?, None);
+
+        fs::write(store.path("vg/lv")?, b"{not json")?;
+        let err = store.load("vg/lv").expect_err("corrupt");
+        assert!(matches!(err, MarkError::Corrupt { .. }) && err.to_string().contains("vg/lv"));
+        assert!(
+            store.load("tank/pvc-1")?.is_some(),
+            "other marks are unaffected"
+        );
+        assert!(matches!(
+            store.load(&"x".repeat(300)),
+            Err(MarkError::TooLong(_))
+        ));
+        Ok(())
+    }
+}

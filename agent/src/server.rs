@@ -1,0 +1,123 @@
+//! Running the agent: build it from the configuration, re-create exports
+//! from the marks, resync periodically, and serve gRPC (mTLS or, in a lab,
+//! plaintext) until SIGTERM or SIGINT.
+use crate::{
+    config::AgentConfig,
+    export::{Exporter, NvmetExporter},
+    grpc::AgentGrpc,
+    marks::MarkStore,
+    service::Agent,
+};
+use pillar_csi_proto::agent::v1::agent_service_server::AgentServiceServer;
+use std::sync::Arc;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tracing::{info, warn};
+
+/// The nvmet port ID the agent's NVMe/TCP listener uses.
+pub const NVMET_PORT_ID: u16 = 1;
+
+/// A failure to start or run the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration is not usable.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// Building the agent failed.
+    #[error("agent start-up: {0}")]
+    Startup(String),
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Builds the agent for `config`: its backends (through `backends`, which
+/// opens each configured pool or volume group), its exporters and its marks.
+pub fn build(
+    config: &AgentConfig,
+    backends: Vec<Arc<dyn crate::backend::Backend>>,
+) -> Result<Agent, ServeError> {
+    let marks =
+        MarkStore::open(&config.state_dir).map_err(|e| ServeError::Startup(e.to_string()))?;
+    let mut exporters: Vec<Arc<dyn Exporter>> = Vec::new();
+    match nvmet::Nvmet::open() {
+        Ok(target) => exporters.push(Arc::new(NvmetExporter::new(
+            target,
+            config.nvmeof,
+            nvmet::PortId(NVMET_PORT_ID),
+        ))),
+        Err(e) => warn!(error = %e, "NVMe/TCP exports unavailable"),
+    }
+    Ok(Agent::new(backends, exporters, marks))
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+    info!("shutting down");
+}
+
+/// Serves `agent` as `config` says; returns when a shutdown signal arrives.
+pub async fn serve(config: &AgentConfig, agent: Agent, version: &str) -> Result<(), ServeError> {
+    config.validate()?;
+    let agent = Arc::new(agent);
+    let restored = agent
+        .reconcile_from_marks()
+        .await
+        .map_err(|e| ServeError::Startup(e.to_string()))?;
+    info!(
+        applied = restored.applied,
+        failed = restored.failed.len(),
+        "exports re-created from fence marks"
+    );
+    if let Some(every) = config.resync_interval() {
+        let resync = agent.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match resync.reconcile_from_marks().await {
+                    Ok(r) if !r.failed.is_empty() => {
+                        warn!(failed = ?r.failed, "resync could not repair every export")
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!(error = %e, "resync failed"),
+                }
+            }
+        });
+    }
+    let mut server = Server::builder();
+    if !config.insecure_plaintext {
+        let read = |p: &Option<std::path::PathBuf>| -> Result<Vec<u8>, ServeError> {
+            let p = p
+                .as_ref()
+                .ok_or_else(|| ServeError::Startup("TLS file missing".into()))?;
+            std::fs::read(p).map_err(|e| ServeError::Startup(format!("{}: {e}", p.display())))
+        };
+        let tls = ServerTlsConfig::new()
+            .identity(Identity::from_pem(
+                read(&config.tls.cert)?,
+                read(&config.tls.key)?,
+            ))
+            .client_ca_root(Certificate::from_pem(read(&config.tls.client_ca)?));
+        server = server.tls_config(tls)?;
+    } else {
+        warn!("serving gRPC in plaintext: for labs only");
+    }
+    info!(listen = %config.listen, "agent serving");
+    server
+        .add_service(AgentServiceServer::new(AgentGrpc::new(agent, version)))
+        .serve_with_shutdown(config.listen, shutdown_signal())
+        .await?;
+    Ok(())
+}
