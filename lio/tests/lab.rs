@@ -295,7 +295,7 @@ for t in root.targets:
     for tpg in t.tpgs:
         print("tpg", t.wwn, tpg.tag, int(tpg.enable), tpg.get_attribute("generate_node_acls"), tpg.get_attribute("authentication"))
         for p in tpg.network_portals:
-            ip = "[%s]" % p.ip_address if ":" in p.ip_address else p.ip_address
+            ip = p.ip_address  # rtslib keeps the brackets of an IPv6 folder name
             print("portal", t.wwn, tpg.tag, "%s:%d" % (ip, p.port))
         for lun in tpg.luns:
             print("lun", t.wwn, tpg.tag, lun.lun, lun.storage_object.name)

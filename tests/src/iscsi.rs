@@ -101,7 +101,12 @@ impl Session {
             portal: portal.to_owned(),
             iface: iface.map_or("default".to_owned(), |i| i.name.clone()),
         };
-        run("iscsiadm", &session.node_args(&["-o", "new"]))?;
+        // Discovery may have made the record already (with the TPG tag); a
+        // second record without it would be a second login that fails
+        // with "session exists".
+        if run("iscsiadm", &session.node_args(&[])).is_err() {
+            run("iscsiadm", &session.node_args(&["-o", "new"]))?;
+        }
         run("iscsiadm", &session.node_args(&["-l"]))?;
         Ok(session)
     }
