@@ -2,8 +2,8 @@
 //! 127.0.0.1 as the client and rtslib-fb as an independent reader. Run by
 //! the lab runner (`tests/lab/run tests -- lio_`).
 use lio::{
-    Acl, Iqn, Lio, Lun, MappedLun, State, StorageObject, StorageObjectName, Target, Teardown, Tpg,
-    TpgAttributes, TpgLun, Tpgt,
+    Acl, Chap, Iqn, Lio, Lun, MappedLun, State, StorageObject, StorageObjectName, Target, Teardown,
+    Tpg, TpgAttributes, TpgLun, Tpgt,
 };
 use pillar_csi_lab::{
     block::{pattern, read_at, wait_for, write_at},
@@ -415,5 +415,75 @@ fn lio_rtslib_lists_what_read_back_returns() -> Result<()> {
     })?;
     remove_lv(&lab, &lv_name)?;
     run("zfs", &["destroy", &ds])?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the kernel lab"]
+fn lio_chap_admits_the_right_secret_and_refuses_a_wrong_one() -> Result<()> {
+    let lab = Lab::get();
+    let lv_name = lab.unique("lio-chap");
+    let lv = thin_lv(&lab, &lv_name)?;
+    let lio = Lio::open()?;
+    let target = iqn(&lab.unique("chap"))?;
+    let so = StorageObjectName::new(&lv_name)?;
+    let me = Iqn::new(&initiator_name()?)?;
+    let mut desired = export(
+        &target,
+        &[(&so, storage(&lv, "pillar-lab-chap"))],
+        &["127.0.0.1:3263"],
+        &[&me],
+    )?;
+    let chap = Chap {
+        userid: "pillar-user".into(),
+        password: "pillar-secret-01".into(),
+    };
+    if let Some(tpg) = desired
+        .targets
+        .get_mut(&target)
+        .and_then(|t| t.tpgs.get_mut(&Tpgt::new(1).ok()?))
+    {
+        tpg.attributes.authentication = true;
+        if let Some(acl) = tpg.acls.get_mut(&me) {
+            acl.chap = Some(chap.clone());
+        }
+    }
+    lio.apply(&desired)?;
+    assert_eq!(
+        lio.apply(&desired)?,
+        Vec::new(),
+        "a second apply changes nothing"
+    );
+    let tpg = &lio.read()?.targets[&target].tpgs[&Tpgt::new(1)?];
+    assert!(tpg.attributes.authentication);
+    assert_eq!(tpg.acls[&me].chap.as_ref(), Some(&chap));
+
+    let portal = "127.0.0.1:3263";
+    assert!(
+        Session::login(target.as_str(), portal, None).is_err(),
+        "logged in without CHAP to a TPG that requires it"
+    );
+    let wrong = Session::login_chap(
+        target.as_str(),
+        portal,
+        None,
+        Some(("pillar-user", "wrong-secret-01")),
+    );
+    assert!(wrong.is_err(), "logged in with a wrong CHAP secret");
+    drop(wrong);
+    let session = Session::login_chap(
+        target.as_str(),
+        portal,
+        None,
+        Some((&chap.userid, &chap.password)),
+    )?;
+    round_trip(&session.disk(0)?, &lv, 31)?;
+    drop(session);
+
+    lio.teardown(&Teardown {
+        targets: [target].into(),
+        storage_objects: [so].into(),
+    })?;
+    remove_lv(&lab, &lv_name)?;
     Ok(())
 }

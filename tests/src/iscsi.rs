@@ -96,6 +96,17 @@ impl Session {
     /// target that discovery does not show to this initiator can still be
     /// tried. Fails as iscsiadm does when the target refuses the initiator.
     pub fn login(target: &str, portal: &str, iface: Option<&Iface>) -> Result<Self> {
+        Self::login_chap(target, portal, iface, None)
+    }
+
+    /// [`Session::login`] presenting CHAP credentials `(user, password)`
+    /// when given (written into the node record before the login).
+    pub fn login_chap(
+        target: &str,
+        portal: &str,
+        iface: Option<&Iface>,
+        chap: Option<(&str, &str)>,
+    ) -> Result<Self> {
         let session = Self {
             target: target.to_owned(),
             portal: portal.to_owned(),
@@ -106,6 +117,18 @@ impl Session {
         // with "session exists".
         if run("iscsiadm", &session.node_args(&[])).is_err() {
             run("iscsiadm", &session.node_args(&["-o", "new"]))?;
+        }
+        if let Some((user, password)) = chap {
+            for (key, value) in [
+                ("node.session.auth.authmethod", "CHAP"),
+                ("node.session.auth.username", user),
+                ("node.session.auth.password", password),
+            ] {
+                run(
+                    "iscsiadm",
+                    &session.node_args(&["-o", "update", "-n", key, "-v", value]),
+                )?;
+            }
         }
         run("iscsiadm", &session.node_args(&["-l"]))?;
         Ok(session)
