@@ -487,3 +487,120 @@ fn lio_chap_admits_the_right_secret_and_refuses_a_wrong_one() -> Result<()> {
     remove_lv(&lab, &lv_name)?;
     Ok(())
 }
+
+#[test]
+#[ignore = "needs the kernel lab"]
+fn lio_busy_device_is_refused_with_the_reason_and_leaves_nothing() -> Result<()> {
+    let lab = Lab::get();
+    let lv_name = lab.unique("lio-busy");
+    let lv = thin_lv(&lab, &lv_name)?;
+    run("mkfs.ext4", &["-q", "-F", &lv.to_string_lossy()])?;
+    let point = PathBuf::from("/tmp").join(lab.unique("lio-busy"));
+    std::fs::create_dir_all(&point)?;
+    run("mount", &[&lv.to_string_lossy(), &point.to_string_lossy()])?;
+
+    let lio = Lio::open()?;
+    let before = lio.tree().children("core")?;
+    let so = StorageObjectName::new(&lv_name)?;
+    let mut desired = State::default();
+    desired
+        .storage_objects
+        .insert(so.clone(), storage(&lv, "pillar-lab-busy"));
+    let refused = lio.apply(&desired);
+    run("umount", &[&point.to_string_lossy()])?;
+    let why = refused
+        .err()
+        .map(|e| e.to_string())
+        .ok_or("a mounted device was exported")?;
+    assert!(
+        why.contains("/enable") && why.contains("held exclusively"),
+        "the error names the step and the kernel's reason: {why}"
+    );
+    assert_eq!(
+        lio.tree().children("core")?,
+        before,
+        "the refused storage object and its HBA folder were removed"
+    );
+    assert!(!lio.read()?.storage_objects.contains_key(&so));
+
+    // Once the device is free, the same desired state applies.
+    lio.apply(&desired)?;
+    lio.teardown(&Teardown {
+        storage_objects: [so].into(),
+        ..Default::default()
+    })?;
+    remove_lv(&lab, &lv_name)?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs the kernel lab"]
+fn lio_concurrent_writers_get_distinct_hba_indexes() -> Result<()> {
+    let lab = Lab::get();
+    let names: Vec<String> = (0..4).map(|_| lab.unique("lio-par")).collect();
+    let mut devs = Vec::new();
+    for n in &names {
+        devs.push(thin_lv(&lab, n)?);
+    }
+    let rts_name = lab.unique("lio-par-rts");
+    let rts_dev = thin_lv(&lab, &rts_name)?;
+    // rtslib-fb creates one object at the same time, under the same lock file.
+    let rtslib = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import sys, rtslib_fb; rtslib_fb.BlockStorageObject(sys.argv[1], dev=sys.argv[2])",
+            &rts_name,
+            &rts_dev.to_string_lossy(),
+        ])
+        .spawn()?;
+    let results: Vec<std::result::Result<(), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = names
+            .iter()
+            .zip(&devs)
+            .map(|(n, d)| {
+                s.spawn(move || -> std::result::Result<(), String> {
+                    let lio = Lio::open().map_err(|e| e.to_string())?;
+                    let mut desired = State::default();
+                    let name = StorageObjectName::new(n).map_err(|e| e.to_string())?;
+                    desired.storage_objects.insert(name, storage(d, n));
+                    lio.apply(&desired).map(|_| ()).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect()
+    });
+    let rts_ok = rtslib.wait_with_output()?.status.success();
+    let present = Lio::open()?.read()?;
+    let mut all: Vec<String> = names.clone();
+    all.push(rts_name.clone());
+    let mut indexes = BTreeSet::new();
+    for n in &all {
+        if let Some(so) = present.storage_objects.get(&StorageObjectName::new(n)?) {
+            indexes.insert(so.hba);
+        }
+    }
+    let lio = Lio::open()?;
+    lio.teardown(&Teardown {
+        storage_objects: all
+            .iter()
+            .map(|n| StorageObjectName::new(n))
+            .collect::<std::result::Result<_, _>>()?,
+        ..Default::default()
+    })?;
+    for n in names.iter().chain([&rts_name]) {
+        remove_lv(&lab, n)?;
+    }
+    for r in results {
+        r?;
+    }
+    assert!(rts_ok, "rtslib-fb failed to create its object beside ours");
+    assert_eq!(
+        indexes.len(),
+        all.len(),
+        "five writers, five distinct iblock_N: {indexes:?}"
+    );
+    Ok(())
+}
