@@ -123,7 +123,8 @@ impl Lio {
         read::read_all(&self.tree)
     }
 
-    /// Reads back the storage objects and the targets `desired` names.
+    /// Reads back the storage objects and targets `desired` names, and the
+    /// storage objects its LUNs serve; others are left out.
     pub fn read_scoped(&self, desired: &State) -> Result<State, Error> {
         read::read_scoped(&self.tree, desired)
     }
@@ -227,7 +228,7 @@ impl Lio {
                 }
             }
             State {
-                storage_objects: read::read_storage_objects(&self.tree)?,
+                storage_objects: BTreeMap::new(),
                 targets,
             }
         } else {

@@ -758,6 +758,47 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn every_step_of_any_accepted_name_stays_in_the_tree(
+            so_name in "\\PC{1,40}",
+            suffix in "[a-z0-9.:-]{1,40}",
+            portal in proptest::prelude::any::<std::net::SocketAddr>(),
+        ) {
+            let Ok(name) = StorageObjectName::new(&so_name) else { return Ok(()); };
+            let Ok(target) = Iqn::new(&format!("iqn.2026-01.org.example:{suffix}")) else { return Ok(()); };
+            let mut desired = export("v", "/dev/zd0", &["h1"]);
+            let t = desired.targets.remove(&iqn("v")).unwrap_or_default();
+            desired.targets.insert(target.clone(), t);
+            let so = desired.storage_objects.remove(&so("v")).unwrap_or_default();
+            desired.storage_objects.insert(name.clone(), so);
+            for t in desired.targets.values_mut() {
+                for tpg in t.tpgs.values_mut() {
+                    tpg.luns.insert(Lun(0), TpgLun::new(name.clone()));
+                    tpg.portals.insert(portal);
+                }
+            }
+            let hbas = [(name.clone(), 9)].into();
+            let tree = configfs::Tree::at("/cfg");
+            let mut all = plan_apply(&State::default(), &desired, &hbas)
+                .map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?;
+            let present = as_present(&desired, 9);
+            let t = Teardown { targets: [target].into(), storage_objects: [name].into() };
+            all.extend(plan_teardown(&present, &t)
+                .map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?);
+            for step in &all {
+                let paths: Vec<&str> = match step {
+                    Step::Mkdir(p) | Step::Unlink(p) | Step::Rmdir(p) => vec![p.as_str()],
+                    Step::Write { path, .. } => vec![path.as_str()],
+                    Step::Symlink { target, link } => vec![target.as_str(), link.as_str()],
+                };
+                for p in paths {
+                    proptest::prop_assert!(tree.path(p).is_ok(), "{p:?} escapes");
+                }
+            }
+        }
+    }
+
     #[test]
     fn teardown_runs_in_the_kernel_order() -> Result<(), Error> {
         let present = as_present(&export("v", "/dev/zd0", &["h1"]), 4);

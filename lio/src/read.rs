@@ -27,6 +27,17 @@ pub(crate) fn used_hba_indexes(tree: &Tree) -> Result<BTreeSet<u32>, Error> {
 pub(crate) fn read_storage_objects(
     tree: &Tree,
 ) -> Result<BTreeMap<StorageObjectName, StorageObject>, Error> {
+    read_storage_objects_of(tree, None)
+}
+
+/// The iblock storage objects named in `only` (all when `None`). Every HBA
+/// folder is still listed, so a name under two HBAs is found either way;
+/// only the named objects' attributes are read.
+pub(crate) fn read_storage_objects_of(
+    tree: &Tree,
+    only: Option<&BTreeSet<&StorageObjectName>>,
+) -> Result<BTreeMap<StorageObjectName, StorageObject>, Error> {
+    let mut seen: BTreeMap<StorageObjectName, u32> = BTreeMap::new();
     let mut out = BTreeMap::new();
     for hba_name in tree.children("core")? {
         let Some(hba) = hba_name
@@ -37,12 +48,14 @@ pub(crate) fn read_storage_objects(
         };
         for name in tree.children(&format!("core/{hba_name}"))? {
             let name = StorageObjectName::new(&name)?;
-            let so = read_storage_object(tree, hba, &name)?;
-            if let Some(other) = out.insert(name.clone(), so) {
+            if let Some(other) = seen.insert(name.clone(), hba) {
                 return Err(Error::Conflict(format!(
-                    "storage object name {name} is used under iblock_{} and iblock_{hba}",
-                    other.hba.unwrap_or_default()
+                    "storage object name {name} is used under iblock_{other} and iblock_{hba}"
                 )));
+            }
+            if only.is_none_or(|o| o.contains(&name)) {
+                let so = read_storage_object(tree, hba, &name)?;
+                out.insert(name, so);
             }
         }
     }
@@ -237,8 +250,9 @@ pub(crate) fn read_all(tree: &Tree) -> Result<State, Error> {
     })
 }
 
-/// All storage objects (a new one needs every name and index) and the
-/// targets `desired` names.
+/// The storage objects and targets `desired` names, and the storage
+/// objects its LUNs serve: the cost does not grow with unrelated objects
+/// beyond listing the HBA folders.
 pub(crate) fn read_scoped(tree: &Tree, desired: &State) -> Result<State, Error> {
     let mut targets = BTreeMap::new();
     for iqn in desired.targets.keys() {
@@ -246,8 +260,16 @@ pub(crate) fn read_scoped(tree: &Tree, desired: &State) -> Result<State, Error> 
             targets.insert(iqn.clone(), t);
         }
     }
+    let served = desired
+        .targets
+        .values()
+        .flat_map(|t| t.tpgs.values())
+        .flat_map(|tpg| tpg.luns.values())
+        .map(|l| &l.storage_object);
+    let wanted: BTreeSet<&StorageObjectName> =
+        desired.storage_objects.keys().chain(served).collect();
     Ok(State {
-        storage_objects: read_storage_objects(tree)?,
+        storage_objects: read_storage_objects_of(tree, Some(&wanted))?,
         targets,
     })
 }
