@@ -18,6 +18,12 @@
 //! (`/var/run/rtslib_backstore.lock`), so two writers never pick the same
 //! `iblock_N`.
 //!
+//! Scope: iblock storage objects and the iSCSI fabric. Other backstores
+//! (fileio, ramdisk, pscsi, user) are left alone and not read back, except
+//! that their HBA indexes are avoided; a LUN that serves one reads back with
+//! that object's folder name. Discovery authentication, mutual CHAP, portal
+//! iSER/offload and persistent-reservation files are not modelled.
+//!
 //! The crate knows nothing of volumes: it is a library any Rust tool that
 //! drives the kernel target can link. It is synchronous; callers serialise
 //! changes to the objects they own.
