@@ -4,12 +4,13 @@
 //! boots a real kernel, prepares a ZFS pool and an LVM volume group, exports
 //! their names in `PILLAR_LAB_*` variables and runs the ignored tests. The
 //! helpers here are the other side of the wire and the independent witnesses:
-//! the kernel NVMe/TCP initiator, the storage CLIs (tests only; product code
+//! the kernel NVMe/TCP initiator, the open-iscsi initiator, the storage CLIs (tests only; product code
 //! uses the libraries), and data patterns written and read back.
 
 pub mod block;
 pub mod cmd;
 pub mod env;
+pub mod iscsi;
 pub mod nvme;
 
 pub use cmd::{run, CmdError};

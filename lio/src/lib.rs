@@ -1,0 +1,350 @@
+//! The Linux kernel LIO SCSI target as typed configfs objects.
+//!
+//! The tree under `/sys/kernel/config/target` is modelled as a [`State`]:
+//! iblock storage objects (one block device each, under
+//! `core/iblock_N/<name>`) and iSCSI targets with their target portal
+//! groups, network portals, LUNs and node ACLs with mapped LUNs.
+//! [`Lio::read`] reads back what is present; [`Lio::apply`] makes only the
+//! changes needed for a desired state, in the order the kernel requires, and
+//! is idempotent; [`Lio::teardown`] removes objects with everything hanging
+//! off them (mapped LUNs, ACLs, LUNs, portals, TPG, target, storage object).
+//! Every name is a checked type ([`Iqn`], [`StorageObjectName`], [`Tpgt`],
+//! [`Lun`]), so nothing a caller passes can escape or confuse configfs.
+//!
+//! The state written is the state rtslib-fb (the library under targetcli)
+//! writes, so targetcli and rtslib read it back: a storage object's device is
+//! written to `control` and to its `udev_path` attribute, and a new object's
+//! HBA index is allocated under rtslib's lock file
+//! (`/var/run/rtslib_backstore.lock`), so two writers never pick the same
+//! `iblock_N`.
+//!
+//! Scope: iblock storage objects and the iSCSI fabric. Other backstores
+//! (fileio, ramdisk, pscsi, user) are left alone and not read back, except
+//! that their HBA indexes are avoided; a LUN that serves one reads back with
+//! that object's folder name. Discovery authentication, mutual CHAP, portal
+//! iSER/offload and persistent-reservation files are not modelled.
+//!
+//! The crate knows nothing of volumes: it is a library any Rust tool that
+//! drives the kernel target can link. It is synchronous; callers serialise
+//! changes to the objects they own.
+//!
+//! ```no_run
+//! use lio::{Acl, Iqn, Lio, Lun, MappedLun, State, StorageObject, StorageObjectName, Target, Tpg, TpgLun, Tpgt};
+//!
+//! let lio = Lio::open()?;
+//! let name = StorageObjectName::new("tank.pvc-1")?;
+//! let mut desired = State::default();
+//! desired.storage_objects.insert(name.clone(), StorageObject {
+//!     udev_path: "/dev/zvol/tank/pvc-1".into(),
+//!     unit_serial: Some("pillar-pvc-1".into()),
+//!     ..Default::default()
+//! });
+//! let mut tpg = Tpg { enabled: true, ..Default::default() };
+//! tpg.portals.insert("0.0.0.0:3260".parse()?);
+//! tpg.luns.insert(Lun(0), TpgLun::new(name));
+//! let mut acl = Acl::default();
+//! acl.mapped_luns.insert(Lun(0), MappedLun::new(Lun(0)));
+//! tpg.acls.insert(Iqn::new("iqn.1993-08.org.debian:01:worker-1")?, acl);
+//! let mut target = Target::default();
+//! target.tpgs.insert(Tpgt::new(1)?, tpg);
+//! desired.targets.insert(Iqn::new("iqn.2026-01.com.bhyoo.pillar-csi:tank.pvc-1")?, target);
+//! let steps = lio.apply(&desired)?;
+//! println!("{} changes; a second apply makes none: {:?}", steps.len(), lio.apply(&desired)?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod error;
+mod model;
+mod names;
+mod plan;
+mod read;
+
+pub use configfs::Step;
+pub use error::Error;
+pub use model::{
+    Acl, Chap, MappedLun, State, StorageObject, Target, Teardown, Tpg, TpgAttributes, TpgLun,
+};
+pub use names::{
+    portal_dir, InvalidName, Iqn, Lun, StorageObjectName, Tpgt, IQN_MAX_LEN, STORAGE_OBJECT_MAX_LEN,
+};
+pub use plan::{plan_apply, plan_teardown};
+
+use configfs::{StepKind, Tree};
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+};
+
+/// The default root of the LIO configfs tree.
+pub const DEFAULT_ROOT: &str = "/sys/kernel/config/target";
+
+/// The lock file rtslib-fb takes while it allocates a backstore index.
+pub const DEFAULT_LOCK_FILE: &str = "/var/run/rtslib_backstore.lock";
+
+/// The highest HBA index rtslib-fb allocates (it scans `0..1048576`).
+const MAX_HBA_INDEX: u32 = 1_048_575;
+
+/// A handle on the LIO configfs tree.
+#[derive(Debug, Clone)]
+pub struct Lio {
+    tree: Tree,
+    lock_file: PathBuf,
+}
+
+impl Lio {
+    /// Opens `/sys/kernel/config/target`; fails clearly when configfs is not
+    /// mounted or the `target_core_mod` module is not loaded.
+    pub fn open() -> Result<Self, Error> {
+        Self::open_at(DEFAULT_ROOT)
+    }
+
+    /// Opens the LIO tree at another root (a configfs mounted elsewhere).
+    pub fn open_at(root: impl Into<PathBuf>) -> Result<Self, Error> {
+        Ok(Self::with_tree(Tree::open(root)?))
+    }
+
+    /// A handle on an already opened tree (for example [`Tree::at`] a copy).
+    pub fn with_tree(tree: Tree) -> Self {
+        Self {
+            tree,
+            lock_file: DEFAULT_LOCK_FILE.into(),
+        }
+    }
+
+    /// Uses another lock file for backstore index allocation (the default is
+    /// rtslib-fb's, [`DEFAULT_LOCK_FILE`]).
+    pub fn with_lock_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.lock_file = path.into();
+        self
+    }
+
+    /// The configfs tree this handle writes.
+    pub fn tree(&self) -> &Tree {
+        &self.tree
+    }
+
+    /// Reads back every iblock storage object and iSCSI target present.
+    pub fn read(&self) -> Result<State, Error> {
+        read::read_all(&self.tree)
+    }
+
+    /// Reads back the storage objects and targets `desired` names, and the
+    /// storage objects its LUNs serve; others are left out.
+    pub fn read_scoped(&self, desired: &State) -> Result<State, Error> {
+        read::read_scoped(&self.tree, desired)
+    }
+
+    /// Makes the objects named in `desired` match it, changing only what
+    /// differs, and returns the steps taken (none when already in place).
+    /// Objects `desired` does not name are left alone.
+    ///
+    /// A new storage object gets the lowest HBA index no backstore uses,
+    /// chosen and created while holding the backstore lock file; if a writer
+    /// that ignores the lock takes the same index first, the apply is
+    /// planned again. A new storage object the kernel refuses to configure
+    /// (its device is missing or busy) is removed again.
+    pub fn apply(&self, desired: &State) -> Result<Vec<Step>, Error> {
+        let mut present = self.read_scoped(desired)?;
+        let creates = desired
+            .storage_objects
+            .keys()
+            .any(|n| !present.storage_objects.contains_key(n));
+        let _lock = if creates {
+            let lock = BackstoreLock::take(&self.lock_file)?;
+            present = self.read_scoped(desired)?;
+            Some(lock)
+        } else {
+            None
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let new_hbas = self.allocate(&present, desired)?;
+            let mut steps = plan_apply(&present, desired, &new_hbas)?;
+            if !desired.targets.is_empty() && !self.tree.exists("iscsi") {
+                // Creating the fabric folder loads iscsi_target_mod's tree.
+                steps.insert(0, Step::mkdir("iscsi"));
+            }
+            match self.tree.run(&steps) {
+                Ok(()) => return Ok(steps),
+                Err(e) if attempt < 3 && lost_hba_race(&e) => {
+                    present = self.read_scoped(desired)?;
+                }
+                Err(e) => {
+                    self.undo_unconfigured(&new_hbas);
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    /// The lowest free HBA indexes for the desired storage objects that are
+    /// not present.
+    fn allocate(
+        &self,
+        present: &State,
+        desired: &State,
+    ) -> Result<BTreeMap<StorageObjectName, u32>, Error> {
+        let mut used = read::used_hba_indexes(&self.tree)?;
+        let mut out = BTreeMap::new();
+        for name in desired.storage_objects.keys() {
+            if present.storage_objects.contains_key(name) {
+                continue;
+            }
+            let index = (0..=MAX_HBA_INDEX)
+                .find(|i| !used.contains(i))
+                .ok_or_else(|| Error::Conflict("no free backstore HBA index".into()))?;
+            used.insert(index);
+            out.insert(name.clone(), index);
+        }
+        Ok(out)
+    }
+
+    /// Removes storage objects this apply created but the kernel did not
+    /// enable, so a refused device leaves nothing behind. Best effort: the
+    /// original error is what the caller needs.
+    fn undo_unconfigured(&self, new_hbas: &BTreeMap<StorageObjectName, u32>) {
+        for (name, hba) in new_hbas {
+            let dir = plan::so_dir(*hba, name);
+            let enabled = self
+                .tree
+                .read_attr(&format!("{dir}/enable"))
+                .is_ok_and(|v| v.trim() == "1");
+            if self.tree.exists(&dir) && !enabled {
+                let _ = self.tree.run(&[Step::rmdir(dir)]);
+            }
+            let hba_dir = plan::hba_dir(*hba);
+            if self.tree.exists(&hba_dir)
+                && self.tree.children(&hba_dir).is_ok_and(|c| c.is_empty())
+            {
+                let _ = self.tree.run(&[Step::rmdir(hba_dir)]);
+            }
+        }
+    }
+
+    /// Removes the named objects and what hangs off them, in the kernel's
+    /// order; absent objects are skipped. Returns the steps taken.
+    pub fn teardown(&self, teardown: &Teardown) -> Result<Vec<Step>, Error> {
+        let present = if teardown.storage_objects.is_empty() {
+            let mut targets = BTreeMap::new();
+            for iqn in &teardown.targets {
+                if let Some(t) = read::read_target(&self.tree, iqn)? {
+                    targets.insert(iqn.clone(), t);
+                }
+            }
+            State {
+                storage_objects: BTreeMap::new(),
+                targets,
+            }
+        } else {
+            // Removing a storage object needs every LUN that may serve it.
+            self.read()?
+        };
+        let steps = plan_teardown(&present, teardown)?;
+        self.tree.run(&steps)?;
+        Ok(steps)
+    }
+}
+
+/// Whether `e` is a mkdir of a new `core/<plugin>_N` folder that another
+/// writer created first.
+fn lost_hba_race(e: &configfs::Error) -> bool {
+    let is_hba = e.step().is_some_and(|(kind, path)| {
+        kind == StepKind::Mkdir
+            && path
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|p| p == "core")
+    });
+    is_hba && e.errno() == Some(17)
+}
+
+/// rtslib-fb's backstore lock: an exclusive `flock` on its lock file, held
+/// while a new HBA index is chosen and created; released when dropped.
+#[derive(Debug)]
+struct BackstoreLock {
+    _file: fs::File,
+}
+
+impl BackstoreLock {
+    fn take(path: &Path) -> Result<Self, Error> {
+        let err = |source| Error::Lock {
+            path: path.to_owned(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(err)?;
+        }
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(err)?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| err(e.into()))?;
+        Ok(Self { _file: file })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_allocates_the_lowest_free_index_and_undoes_a_refused_object(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        // A plain folder stands in for configfs: it checks paths, ordering
+        // and index allocation only (the kernel proves behaviour in the lab).
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().join("target");
+        fs::create_dir_all(root.join("core/iblock_0/theirs"))?;
+        fs::create_dir_all(root.join("core/fileio_1/other"))?;
+        fs::write(root.join("core/iblock_0/theirs/udev_path"), "/dev/sdz\n")?;
+        fs::write(root.join("core/iblock_0/theirs/enable"), "1\n")?;
+        let lio = Lio::with_tree(Tree::at(&root)).with_lock_file(dir.path().join("lock"));
+        let name = StorageObjectName::new("mine")?;
+        let mut desired = State::default();
+        desired.storage_objects.insert(
+            name.clone(),
+            StorageObject {
+                udev_path: "/dev/zd0".into(),
+                ..Default::default()
+            },
+        );
+        // A plain folder has no attribute files, so the first write fails:
+        // the object gets the lowest index free of every backstore type (2),
+        // and the refused object is removed again.
+        let err = lio
+            .apply(&desired)
+            .err()
+            .ok_or("write into a missing file succeeded")?;
+        assert!(
+            err.to_string().contains("core/iblock_2/mine/control"),
+            "{err}"
+        );
+        assert!(
+            !root.join("core/iblock_2").exists(),
+            "the refused new object was removed again"
+        );
+        assert!(dir.path().join("lock").exists());
+        Ok(())
+    }
+
+    #[test]
+    fn a_lost_hba_race_is_recognised() {
+        let e = configfs::Error::Io {
+            kind: StepKind::Mkdir,
+            path: "/sys/kernel/config/target/core/iblock_3".into(),
+            source: std::io::Error::from_raw_os_error(17),
+        };
+        assert!(lost_hba_race(&e));
+        let e = configfs::Error::Io {
+            kind: StepKind::Mkdir,
+            path: "/sys/kernel/config/target/core/iblock_3/x".into(),
+            source: std::io::Error::from_raw_os_error(17),
+        };
+        assert!(!lost_hba_race(&e));
+    }
+}
