@@ -1,9 +1,15 @@
 //! `pillar-csi`: the one binary of the driver; each role is a subcommand.
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use pillar_csi_agent::{
+    config::{AgentConfig, BackendConfig},
+    server,
+};
+use std::{net::IpAddr, net::SocketAddr, path::PathBuf, process::ExitCode};
 
 #[derive(Parser)]
 #[command(
     name = "pillar-csi",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("PILLAR_CSI_COMMIT"), ")"),
     about = "CSI driver for ZFS zvols and LVM logical volumes over NVMe-oF/TCP and iSCSI"
 )]
 struct Cli {
@@ -13,16 +19,139 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the storage-node agent (gRPC, port 9500).
+    Agent(AgentArgs),
     /// Print the version and the commit this binary was built from.
     Version,
 }
 
-fn main() {
-    match Cli::parse().command {
-        Command::Version => println!(
-            "pillar-csi {} ({})",
-            env!("CARGO_PKG_VERSION"),
-            env!("PILLAR_CSI_COMMIT")
-        ),
+/// Flags override the configuration file.
+#[derive(Args)]
+struct AgentArgs {
+    /// A YAML configuration file (same keys as the flags, camelCase).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A backend: `zfs=<pool>[/<parentDataset>]` or `lvm=<vg>[/<thinPool>]`; repeatable.
+    #[arg(long = "backend", value_name = "KIND=NAME")]
+    backends: Vec<String>,
+    /// gRPC listen address.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Folder of durable fence marks.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Server certificate (PEM).
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// Server private key (PEM).
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// CA of client certificates (PEM); clients must present one it signed.
+    #[arg(long)]
+    tls_client_ca: Option<PathBuf>,
+    /// Serve gRPC without TLS (labs only).
+    #[arg(long)]
+    insecure_plaintext: bool,
+    /// Address NVMe/TCP initiators connect to.
+    #[arg(long)]
+    nvmeof_address: Option<IpAddr>,
+    /// NVMe/TCP port.
+    #[arg(long)]
+    nvmeof_port: Option<u16>,
+    /// Address iSCSI initiators connect to.
+    #[arg(long)]
+    iscsi_address: Option<IpAddr>,
+    /// iSCSI port.
+    #[arg(long)]
+    iscsi_port: Option<u16>,
+    /// Seconds between resyncs of exports from the fence marks (0: never).
+    #[arg(long)]
+    resync_interval_seconds: Option<u64>,
+}
+
+fn parse_backend(spec: &str) -> Result<BackendConfig, String> {
+    let (kind, name) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("--backend {spec:?}: expected zfs=<pool>[/<parentDataset>] or lvm=<vg>[/<thinPool>]"))?;
+    let (first, rest) = match name.split_once('/') {
+        Some((a, b)) => (a.to_owned(), Some(b.to_owned())),
+        None => (name.to_owned(), None),
+    };
+    match kind {
+        "zfs" => Ok(BackendConfig::Zfs {
+            pool: first,
+            parent_dataset: rest,
+        }),
+        "lvm" => Ok(BackendConfig::Lvm {
+            volume_group: first,
+            thin_pool: rest,
+        }),
+        other => Err(format!("--backend {spec:?}: unknown kind {other:?} (zfs or lvm)")),
+    }
+}
+
+fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
+    let mut c = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("config file {}: {e}", path.display()))?;
+            AgentConfig::from_yaml(&text).map_err(|e| e.to_string())?
+        }
+        None => AgentConfig::default(),
+    };
+    for b in &args.backends {
+        c.backends.push(parse_backend(b)?);
+    }
+    c.listen = args.listen.unwrap_or(c.listen);
+    c.state_dir = args.state_dir.unwrap_or(c.state_dir);
+    c.tls.cert = args.tls_cert.or(c.tls.cert);
+    c.tls.key = args.tls_key.or(c.tls.key);
+    c.tls.client_ca = args.tls_client_ca.or(c.tls.client_ca);
+    c.insecure_plaintext |= args.insecure_plaintext;
+    c.nvmeof.address = args.nvmeof_address.unwrap_or(c.nvmeof.address);
+    c.nvmeof.port = args.nvmeof_port.unwrap_or(c.nvmeof.port);
+    c.iscsi.address = args.iscsi_address.unwrap_or(c.iscsi.address);
+    c.iscsi.port = args.iscsi_port.unwrap_or(c.iscsi.port);
+    c.resync_interval_seconds = args.resync_interval_seconds.unwrap_or(c.resync_interval_seconds);
+    c.validate().map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+fn run_agent(args: AgentArgs) -> Result<(), String> {
+    let config = agent_config(args)?;
+    let version = format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("PILLAR_CSI_COMMIT"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(64)
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime.block_on(async {
+        let backends = server::open_backends(&config).map_err(|e| e.to_string())?;
+        let agent = server::build(&config, backends).map_err(|e| e.to_string())?;
+        server::serve(&config, agent, &version).await.map_err(|e| e.to_string())
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            println!("pillar-csi {} ({})", env!("CARGO_PKG_VERSION"), env!("PILLAR_CSI_COMMIT"));
+            ExitCode::SUCCESS
+        }
+        Command::Agent(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .init();
+            match run_agent(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("pillar-csi agent: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }

@@ -84,6 +84,38 @@ impl From<nvmet::Error> for AgentError {
     }
 }
 
+impl From<lio::Error> for AgentError {
+    fn from(e: lio::Error) -> Self {
+        match e {
+            lio::Error::Name(_) | lio::Error::InvalidValue { .. } => AgentError::InvalidArgument(format!("LIO: {e}")),
+            lio::Error::Conflict(_) => AgentError::FailedPrecondition(format!("LIO: {e}")),
+            lio::Error::Configfs {
+                source: configfs_error @ configfs::Error::RootMissing { .. },
+                ..
+            } => AgentError::Unavailable(format!("LIO: {configfs_error}")),
+            _ => AgentError::Internal(format!("LIO: {e}")),
+        }
+    }
+}
+
+impl From<sys::zfs::Error> for AgentError {
+    fn from(e: sys::zfs::Error) -> Self {
+        use sys::zfs::Error as Z;
+        let text = e.to_string();
+        match e {
+            Z::Name(_) | Z::InvalidSize { .. } | Z::InvalidProperty { .. } => AgentError::InvalidArgument(text),
+            Z::NotFound { .. } | Z::PoolNotFound { .. } | Z::ParentNotFound { .. } => AgentError::NotFound(text),
+            Z::AlreadyExists { .. } => AgentError::AlreadyExists(text),
+            Z::WrongType { .. } | Z::HasDependents { .. } | Z::HasClones { .. } | Z::Shrink { .. } | Z::Busy { .. } => {
+                AgentError::FailedPrecondition(text)
+            }
+            Z::NoSpace { .. } => AgentError::ResourceExhausted(text),
+            Z::Unavailable(_) | Z::VersionMismatch { .. } => AgentError::Unavailable(text),
+            _ => AgentError::Internal(text),
+        }
+    }
+}
+
 impl From<nvmet::InvalidName> for AgentError {
     fn from(e: nvmet::InvalidName) -> Self {
         AgentError::InvalidArgument(e.to_string())

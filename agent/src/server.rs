@@ -2,8 +2,9 @@
 //! from the marks, resync periodically, and serve gRPC (mTLS or, in a lab,
 //! plaintext) until SIGTERM or SIGINT.
 use crate::{
-    config::AgentConfig,
-    export::{Exporter, NvmetExporter},
+    backend::{Backend, ZfsBackend},
+    config::{AgentConfig, BackendConfig},
+    export::{Exporter, LioExporter, NvmetExporter},
     grpc::AgentGrpc,
     marks::MarkStore,
     service::Agent,
@@ -30,12 +31,40 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
 }
 
-/// Builds the agent for `config`: its backends (through `backends`, which
-/// opens each configured pool or volume group), its exporters and its marks.
-pub fn build(
-    config: &AgentConfig,
-    backends: Vec<Arc<dyn crate::backend::Backend>>,
-) -> Result<Agent, ServeError> {
+/// Opens every configured backend: ZFS through one shared libzfs handle,
+/// LVM through one shared lvm2 worker.
+pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, ServeError> {
+    let mut zfs = None;
+    let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
+    for b in &config.backends {
+        match b {
+            BackendConfig::Zfs { pool, parent_dataset } => {
+                let handle = match &zfs {
+                    Some(h) => Arc::clone(h),
+                    None => {
+                        let h = Arc::new(sys::zfs::Zfs::open().map_err(|e| ServeError::Startup(e.to_string()))?);
+                        info!(userland = %h.versions().userland, kernel = %h.versions().kernel, "ZFS opened");
+                        zfs = Some(Arc::clone(&h));
+                        h
+                    }
+                };
+                let backend = ZfsBackend::new(handle, pool, parent_dataset.as_deref())
+                    .map_err(|e| ServeError::Startup(e.to_string()))?;
+                backends.push(Arc::new(backend));
+            }
+            BackendConfig::Lvm { volume_group, .. } => {
+                return Err(ServeError::Startup(format!(
+                    "lvm backend {volume_group}: not available in this build"
+                )))
+            }
+        }
+    }
+    Ok(backends)
+}
+
+/// Builds the agent for `config` over `backends`: its exporters (each
+/// kernel target that is present) and its marks.
+pub fn build(config: &AgentConfig, backends: Vec<Arc<dyn Backend>>) -> Result<Agent, ServeError> {
     let marks =
         MarkStore::open(&config.state_dir).map_err(|e| ServeError::Startup(e.to_string()))?;
     let mut exporters: Vec<Arc<dyn Exporter>> = Vec::new();
@@ -46,6 +75,10 @@ pub fn build(
             nvmet::PortId(NVMET_PORT_ID),
         ))),
         Err(e) => warn!(error = %e, "NVMe/TCP exports unavailable"),
+    }
+    match lio::Lio::open() {
+        Ok(target) => exporters.push(Arc::new(LioExporter::new(target, config.iscsi))),
+        Err(e) => warn!(error = %e, "iSCSI exports unavailable"),
     }
     Ok(Agent::new(backends, exporters, marks))
 }

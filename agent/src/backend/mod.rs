@@ -65,3 +65,7 @@ pub trait Backend: Send + Sync {
     /// The backend's capacity.
     fn capacity(&self) -> Result<Capacity, AgentError>;
 }
+
+mod zfs;
+
+pub use zfs::ZfsBackend;
