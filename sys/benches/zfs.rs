@@ -35,6 +35,21 @@ fn names(parent: &str, prefix: &str, n: usize) -> Result<Vec<DatasetName>> {
         .collect()
 }
 
+/// `zfs destroy`, tried again while the kernel reports the new volume busy
+/// (udev probes it for a moment), as `sys::zfs` does.
+fn cli_destroy(ds: &str) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        match run("zfs", &["destroy", ds]) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.why.contains("busy") && start.elapsed() < sys::zfs::BUSY_GRACE => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -91,7 +106,7 @@ fn main() -> Result<()> {
         run("zfs", &["create", "-V", "16M", n.as_str()])?;
         c_cli += t.elapsed();
         let t = Instant::now();
-        run("zfs", &["destroy", n.as_str()])?;
+        cli_destroy(n.as_str())?;
         d_cli += t.elapsed();
     }
     let r1 = ratio(c_cli + d_cli, c_lib + d_lib);

@@ -117,6 +117,15 @@ fn zfs_lab_thick_zvol_with_typed_properties_matches_the_cli() -> Result<()> {
     let blocks = run("blockdev", &["--getsize64", &real.to_string_lossy()])?;
     assert_eq!(blocks.trim().parse::<u64>()?, 96 * MIB);
 
+    // Held open, the volume cannot go: Busy after the grace period, and
+    // nothing is destroyed.
+    let held = std::fs::File::open(&dev)?;
+    let e = zfs.destroy(&ds).expect_err("device held open");
+    assert!(matches!(e, Error::Busy { .. }), "{e}");
+    assert!(e.to_string().contains(d), "{e}");
+    assert!(cli_exists(d), "still there");
+    drop(held);
+
     zfs.destroy(&ds)?;
     run("zfs", &["destroy", &twin])?;
     assert!(!cli_exists(d), "destroyed");

@@ -57,6 +57,9 @@ use std::{
     time::Duration,
 };
 
+/// How long [`Zfs::destroy`] retries a volume the kernel reports busy.
+pub const BUSY_GRACE: Duration = Duration::from_secs(3);
+
 /// Where the kernel module states its version.
 pub const KERNEL_VERSION_FILE: &str = "/sys/module/zfs/version";
 
@@ -335,28 +338,45 @@ impl Zfs {
     /// Destroys a filesystem or volume, never recursively: one with
     /// snapshots or children is refused with their names
     /// ([`Error::HasDependents`]) and nothing is destroyed.
+    ///
+    /// A volume the kernel reports busy is tried again for up to
+    /// [`BUSY_GRACE`]: udev opens a new volume's device for a moment to
+    /// probe it. Still busy after that is [`Error::Busy`].
     pub fn destroy(&self, name: &DatasetName) -> Result<(), Error> {
         let ds = name.as_str();
         let c_name = c_string(ds, ds)?;
         self.refuse_dependents(name, &c_name)?;
-        match self.lzc.destroy(&c_name) {
-            Ok(()) => Ok(()),
-            Err(errno::ENOENT) => Err(Error::NotFound {
-                dataset: ds.to_owned(),
-            }),
-            // A snapshot or child that appeared since the check.
-            Err(e @ (errno::EBUSY | errno::EEXIST)) => {
-                self.refuse_dependents(name, &c_name)?;
-                Err(if e == errno::EBUSY {
-                    Error::Busy {
+        let start = std::time::Instant::now();
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match self.lzc.destroy(&c_name) {
+                Ok(()) => return Ok(()),
+                Err(errno::ENOENT) => {
+                    return Err(Error::NotFound {
                         dataset: ds.to_owned(),
-                        op: "destroy",
+                    })
+                }
+                // A snapshot or child that appeared since the check.
+                Err(errno::EEXIST) => {
+                    self.refuse_dependents(name, &c_name)?;
+                    return Err(kernel(ds, "destroy", errno::EEXIST));
+                }
+                Err(errno::EBUSY) => {
+                    self.refuse_dependents(name, &c_name)?;
+                    // udev probes a new volume's device for a moment after
+                    // it appears; a holder still there after the grace
+                    // period is a real user (mount, export, open).
+                    if start.elapsed() >= BUSY_GRACE {
+                        return Err(Error::Busy {
+                            dataset: ds.to_owned(),
+                            op: "destroy",
+                        });
                     }
-                } else {
-                    kernel(ds, "destroy", e)
-                })
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                Err(e) => return Err(kernel(ds, "destroy", e)),
             }
-            Err(e) => Err(kernel(ds, "destroy", e)),
         }
     }
 
