@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the storage-node agent (gRPC, port 9500).
-    Agent(AgentArgs),
+    Agent(Box<AgentArgs>),
     /// Print the version and the commit this binary was built from.
     Version,
 }
@@ -70,9 +70,11 @@ struct AgentArgs {
 }
 
 fn parse_backend(spec: &str) -> Result<BackendConfig, String> {
-    let (kind, name) = spec
-        .split_once('=')
-        .ok_or_else(|| format!("--backend {spec:?}: expected zfs=<pool>[/<parentDataset>] or lvm=<vg>[/<thinPool>]"))?;
+    let (kind, name) = spec.split_once('=').ok_or_else(|| {
+        format!(
+            "--backend {spec:?}: expected zfs=<pool>[/<parentDataset>] or lvm=<vg>[/<thinPool>]"
+        )
+    })?;
     let (first, rest) = match name.split_once('/') {
         Some((a, b)) => (a.to_owned(), Some(b.to_owned())),
         None => (name.to_owned(), None),
@@ -86,14 +88,17 @@ fn parse_backend(spec: &str) -> Result<BackendConfig, String> {
             volume_group: first,
             thin_pool: rest,
         }),
-        other => Err(format!("--backend {spec:?}: unknown kind {other:?} (zfs or lvm)")),
+        other => Err(format!(
+            "--backend {spec:?}: unknown kind {other:?} (zfs or lvm)"
+        )),
     }
 }
 
 fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
     let mut c = match &args.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("config file {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("config file {}: {e}", path.display()))?;
             AgentConfig::from_yaml(&text).map_err(|e| e.to_string())?
         }
         None => AgentConfig::default(),
@@ -111,14 +116,20 @@ fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.nvmeof.port = args.nvmeof_port.unwrap_or(c.nvmeof.port);
     c.iscsi.address = args.iscsi_address.unwrap_or(c.iscsi.address);
     c.iscsi.port = args.iscsi_port.unwrap_or(c.iscsi.port);
-    c.resync_interval_seconds = args.resync_interval_seconds.unwrap_or(c.resync_interval_seconds);
+    c.resync_interval_seconds = args
+        .resync_interval_seconds
+        .unwrap_or(c.resync_interval_seconds);
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
 
 fn run_agent(args: AgentArgs) -> Result<(), String> {
     let config = agent_config(args)?;
-    let version = format!("{} ({})", env!("CARGO_PKG_VERSION"), env!("PILLAR_CSI_COMMIT"));
+    let version = format!(
+        "{} ({})",
+        env!("CARGO_PKG_VERSION"),
+        env!("PILLAR_CSI_COMMIT")
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(64)
@@ -127,7 +138,9 @@ fn run_agent(args: AgentArgs) -> Result<(), String> {
     runtime.block_on(async {
         let backends = server::open_backends(&config).map_err(|e| e.to_string())?;
         let agent = server::build(&config, backends).map_err(|e| e.to_string())?;
-        server::serve(&config, agent, &version).await.map_err(|e| e.to_string())
+        server::serve(&config, agent, &version)
+            .await
+            .map_err(|e| e.to_string())
     })
 }
 
@@ -135,7 +148,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Version => {
-            println!("pillar-csi {} ({})", env!("CARGO_PKG_VERSION"), env!("PILLAR_CSI_COMMIT"));
+            println!(
+                "pillar-csi {} ({})",
+                env!("CARGO_PKG_VERSION"),
+                env!("PILLAR_CSI_COMMIT")
+            );
             ExitCode::SUCCESS
         }
         Command::Agent(args) => {
@@ -145,7 +162,7 @@ fn main() -> ExitCode {
                         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
                 )
                 .init();
-            match run_agent(args) {
+            match run_agent(*args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("pillar-csi agent: {e}");

@@ -87,7 +87,9 @@ impl From<nvmet::Error> for AgentError {
 impl From<lio::Error> for AgentError {
     fn from(e: lio::Error) -> Self {
         match e {
-            lio::Error::Name(_) | lio::Error::InvalidValue { .. } => AgentError::InvalidArgument(format!("LIO: {e}")),
+            lio::Error::Name(_) | lio::Error::InvalidValue { .. } => {
+                AgentError::InvalidArgument(format!("LIO: {e}"))
+            }
             lio::Error::Conflict(_) => AgentError::FailedPrecondition(format!("LIO: {e}")),
             lio::Error::Configfs {
                 source: configfs_error @ configfs::Error::RootMissing { .. },
@@ -103,12 +105,18 @@ impl From<sys::zfs::Error> for AgentError {
         use sys::zfs::Error as Z;
         let text = e.to_string();
         match e {
-            Z::Name(_) | Z::InvalidSize { .. } | Z::InvalidProperty { .. } => AgentError::InvalidArgument(text),
-            Z::NotFound { .. } | Z::PoolNotFound { .. } | Z::ParentNotFound { .. } => AgentError::NotFound(text),
-            Z::AlreadyExists { .. } => AgentError::AlreadyExists(text),
-            Z::WrongType { .. } | Z::HasDependents { .. } | Z::HasClones { .. } | Z::Shrink { .. } | Z::Busy { .. } => {
-                AgentError::FailedPrecondition(text)
+            Z::Name(_) | Z::InvalidSize { .. } | Z::InvalidProperty { .. } => {
+                AgentError::InvalidArgument(text)
             }
+            Z::NotFound { .. } | Z::PoolNotFound { .. } | Z::ParentNotFound { .. } => {
+                AgentError::NotFound(text)
+            }
+            Z::AlreadyExists { .. } => AgentError::AlreadyExists(text),
+            Z::WrongType { .. }
+            | Z::HasDependents { .. }
+            | Z::HasClones { .. }
+            | Z::Shrink { .. }
+            | Z::Busy { .. } => AgentError::FailedPrecondition(text),
             Z::NoSpace { .. } => AgentError::ResourceExhausted(text),
             Z::Unavailable(_) | Z::VersionMismatch { .. } => AgentError::Unavailable(text),
             _ => AgentError::Internal(text),

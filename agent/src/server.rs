@@ -38,11 +38,17 @@ pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, Serv
     let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
     for b in &config.backends {
         match b {
-            BackendConfig::Zfs { pool, parent_dataset } => {
+            BackendConfig::Zfs {
+                pool,
+                parent_dataset,
+            } => {
                 let handle = match &zfs {
                     Some(h) => Arc::clone(h),
                     None => {
-                        let h = Arc::new(sys::zfs::Zfs::open().map_err(|e| ServeError::Startup(e.to_string()))?);
+                        let h = Arc::new(
+                            sys::zfs::Zfs::open()
+                                .map_err(|e| ServeError::Startup(e.to_string()))?,
+                        );
                         info!(userland = %h.versions().userland, kernel = %h.versions().kernel, "ZFS opened");
                         zfs = Some(Arc::clone(&h));
                         h

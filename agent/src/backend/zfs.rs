@@ -19,7 +19,11 @@ pub struct ZfsBackend {
 
 impl ZfsBackend {
     /// A backend for `pool` with zvols under `pool/parent_dataset` (or the pool itself).
-    pub fn new(zfs: Arc<Zfs>, pool: &str, parent_dataset: Option<&str>) -> Result<Self, AgentError> {
+    pub fn new(
+        zfs: Arc<Zfs>,
+        pool: &str,
+        parent_dataset: Option<&str>,
+    ) -> Result<Self, AgentError> {
         let parent = match parent_dataset {
             Some(p) => format!("{pool}/{p}"),
             None => pool.to_owned(),
@@ -27,14 +31,19 @@ impl ZfsBackend {
         Ok(Self {
             zfs,
             pool: pool.to_owned(),
-            parent: DatasetName::new(&parent).map_err(|e| AgentError::InvalidArgument(e.to_string()))?,
+            parent: DatasetName::new(&parent)
+                .map_err(|e| AgentError::InvalidArgument(e.to_string()))?,
         })
     }
 
     fn dataset(at: &BackendRecord) -> Result<DatasetName, AgentError> {
         match at {
-            BackendRecord::Zvol { dataset } => DatasetName::new(dataset).map_err(|e| AgentError::InvalidArgument(e.to_string())),
-            other => Err(AgentError::Internal(format!("ZFS backend asked about {other:?}"))),
+            BackendRecord::Zvol { dataset } => {
+                DatasetName::new(dataset).map_err(|e| AgentError::InvalidArgument(e.to_string()))
+            }
+            other => Err(AgentError::Internal(format!(
+                "ZFS backend asked about {other:?}"
+            ))),
         }
     }
 
@@ -76,7 +85,12 @@ impl Backend for ZfsBackend {
         })
     }
 
-    fn create(&self, at: &BackendRecord, bytes: u64, options: &CreateOptions) -> Result<VolumeState, AgentError> {
+    fn create(
+        &self,
+        at: &BackendRecord,
+        bytes: u64,
+        options: &CreateOptions,
+    ) -> Result<VolumeState, AgentError> {
         let name = Self::dataset(at)?;
         let mut spec = ZvolSpec::new(name.clone(), 0);
         for (key, value) in &options.zfs_properties {
@@ -85,12 +99,18 @@ impl Backend for ZfsBackend {
                     spec.provisioning = match value.as_str() {
                         "true" => Provisioning::Sparse,
                         "false" => Provisioning::Thick,
-                        _ => return Err(AgentError::InvalidArgument(format!("zfs property sparse={value:?}: must be true or false"))),
+                        _ => {
+                            return Err(AgentError::InvalidArgument(format!(
+                                "zfs property sparse={value:?}: must be true or false"
+                            )))
+                        }
                     }
                 }
                 "volblocksize" => {
                     spec.volblocksize = Some(value.parse().map_err(|_| {
-                        AgentError::InvalidArgument(format!("zfs property volblocksize={value:?}: must be a number of bytes"))
+                        AgentError::InvalidArgument(format!(
+                            "zfs property volblocksize={value:?}: must be a number of bytes"
+                        ))
                     })?)
                 }
                 _ => spec.properties.push((key.clone(), value.clone())),
@@ -133,7 +153,11 @@ impl Backend for ZfsBackend {
         if bytes <= current {
             return Ok(current);
         }
-        let block = self.zfs.get(&name)?.volblocksize.unwrap_or(DEFAULT_VOLBLOCKSIZE);
+        let block = self
+            .zfs
+            .get(&name)?
+            .volblocksize
+            .unwrap_or(DEFAULT_VOLBLOCKSIZE);
         self.zfs.set_volsize(&name, round_up(bytes, block))?;
         Ok(self.zfs.volsize(&name)?)
     }

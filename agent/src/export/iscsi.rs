@@ -1,7 +1,10 @@
 //! iSCSI exports through the kernel LIO target.
 use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
-use lio::{Acl, Iqn, Lio, Lun, MappedLun, State, StorageObject, StorageObjectName, Target, Teardown, Tpg, TpgAttributes, TpgLun, Tpgt};
+use lio::{
+    Acl, Iqn, Lio, Lun, MappedLun, State, StorageObject, StorageObjectName, Target, Teardown, Tpg,
+    TpgAttributes, TpgLun, Tpgt,
+};
 use std::{net::SocketAddr, path::Path, sync::Mutex};
 
 /// The IQN prefix of every target this agent makes.
@@ -30,8 +33,10 @@ impl LioExporter {
 
     fn names(volume: &VolumeId) -> Result<(Iqn, StorageObjectName), AgentError> {
         let suffix = volume.target_suffix();
-        let iqn = Iqn::new(&format!("{IQN_PREFIX}{suffix}")).map_err(|e| AgentError::InvalidArgument(e.to_string()))?;
-        let object = StorageObjectName::new(&format!("pillar-{suffix}")).map_err(|e| AgentError::InvalidArgument(e.to_string()))?;
+        let iqn = Iqn::new(&format!("{IQN_PREFIX}{suffix}"))
+            .map_err(|e| AgentError::InvalidArgument(e.to_string()))?;
+        let object = StorageObjectName::new(&format!("pillar-{suffix}"))
+            .map_err(|e| AgentError::InvalidArgument(e.to_string()))?;
         Ok((iqn, object))
     }
 
@@ -55,25 +60,39 @@ impl Exporter for LioExporter {
             .map_err(|e| AgentError::InvalidArgument(format!("initiator_id: {e}")))
     }
 
-    fn export(&self, volume: &VolumeId, device: &Path, record: &ExportRecord) -> Result<ExportInfo, AgentError> {
+    fn export(
+        &self,
+        volume: &VolumeId,
+        device: &Path,
+        record: &ExportRecord,
+    ) -> Result<ExportInfo, AgentError> {
         let (iqn, object) = Self::names(volume)?;
         let mut tpg = Tpg {
             enabled: true,
-            attributes: if record.acl { TpgAttributes::default() } else { TpgAttributes::open() },
+            attributes: if record.acl {
+                TpgAttributes::default()
+            } else {
+                TpgAttributes::open()
+            },
             ..Default::default()
         };
-        tpg.portals.insert(SocketAddr::new(self.listener.address, self.listener.port));
+        tpg.portals
+            .insert(SocketAddr::new(self.listener.address, self.listener.port));
         tpg.luns.insert(Lun(LUN), TpgLun::new(object.clone()));
         if record.acl {
             for initiator in &record.allowed_initiators {
-                let name = Iqn::new(initiator).map_err(|e| AgentError::InvalidArgument(format!("initiator: {e}")))?;
+                let name = Iqn::new(initiator)
+                    .map_err(|e| AgentError::InvalidArgument(format!("initiator: {e}")))?;
                 let mut acl = Acl::default();
                 acl.mapped_luns.insert(Lun(LUN), MappedLun::new(Lun(LUN)));
                 tpg.acls.insert(name, acl);
             }
         }
         let mut target = Target::default();
-        target.tpgs.insert(Tpgt::new(1).map_err(|e| AgentError::Internal(e.to_string()))?, tpg);
+        target.tpgs.insert(
+            Tpgt::new(1).map_err(|e| AgentError::Internal(e.to_string()))?,
+            tpg,
+        );
         let mut desired = State::default();
         desired.storage_objects.insert(
             object,

@@ -1,0 +1,131 @@
+//! Waiting for a device node that udev creates (`/dev/zvol/<name>`,
+//! `/dev/<vg>/<lv>`, ...), with a bounded timeout.
+//!
+//! A udev monitor on the `block` subsystem is opened *before* the first look
+//! at the path, so an event that lands between the look and the wait is not
+//! lost; each event (and, as a safety net against a monitor that misses
+//! events, every [`RECHECK`]) the path is looked at again. udev sends its
+//! event after its rules ran, so the symlink exists when the event arrives.
+//! Where no udev monitor can be opened (no udevd, no netlink), the wait
+//! falls back to looking every [`RECHECK`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! let node = sys::udev::wait_for_node("/dev/zvol/tank/vol1".as_ref(), Duration::from_secs(10))?;
+//! println!("device {}", node.display());
+//! # Ok::<(), sys::udev::Error>(())
+//! ```
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+/// How often the path is looked at even without an event.
+pub const RECHECK: Duration = Duration::from_millis(100);
+
+/// An error while waiting for a device node.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The node did not appear within the timeout.
+    #[error("{} did not appear within {waited:?}", path.display())]
+    Timeout {
+        /// The node waited for.
+        path: PathBuf,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// Polling the udev monitor failed.
+    #[error("polling the udev monitor while waiting for {}: {source}", path.display())]
+    Poll {
+        /// The node waited for.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Waits until `path` exists (a symlink is followed to its device), up to
+/// `timeout`; returns the path of the device node it resolves to.
+pub fn wait_for_node(path: &Path, timeout: Duration) -> Result<PathBuf, Error> {
+    let start = Instant::now();
+    // Listen first, then look: no event can slip between the two.
+    let monitor = udev::MonitorBuilder::new()
+        .and_then(|b| b.match_subsystem("block"))
+        .and_then(|b| b.listen())
+        .ok();
+    loop {
+        if let Ok(real) = path.canonicalize() {
+            return Ok(real);
+        }
+        let elapsed = start.elapsed();
+        if elapsed >= timeout {
+            return Err(Error::Timeout {
+                path: path.to_owned(),
+                waited: elapsed,
+            });
+        }
+        let slice = (timeout - elapsed).min(RECHECK);
+        match &monitor {
+            Some(socket) => {
+                let ts = Timespec {
+                    tv_sec: slice.as_secs() as i64,
+                    tv_nsec: i64::from(slice.subsec_nanos()),
+                };
+                let mut fds = [PollFd::new(socket, PollFlags::IN)];
+                match poll(&mut fds, Some(&ts)) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => {
+                        return Err(Error::Poll {
+                            path: path.to_owned(),
+                            source: e.into(),
+                        })
+                    }
+                }
+                // Drain what arrived; the path is looked at again above.
+                for _event in socket.iter() {}
+            }
+            None => std::thread::sleep(slice),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_existing_path_returns_at_once_resolved() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::env::temp_dir().join(format!("udev-wait-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let target = dir.join("node");
+        std::fs::write(&target, b"")?;
+        let link = dir.join("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link)?;
+        let got = wait_for_node(&link, Duration::from_secs(1))?;
+        assert_eq!(got, target.canonicalize()?);
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_missing_path_times_out_within_bounds() {
+        let start = Instant::now();
+        let err = wait_for_node(
+            Path::new("/dev/zvol/no-such-pool/no-such-volume"),
+            Duration::from_millis(300),
+        )
+        .expect_err("must be refused");
+        let took = start.elapsed();
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        assert!(err
+            .to_string()
+            .contains("/dev/zvol/no-such-pool/no-such-volume"));
+    }
+}
