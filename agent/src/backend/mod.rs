@@ -66,6 +66,8 @@ pub trait Backend: Send + Sync {
     fn capacity(&self) -> Result<Capacity, AgentError>;
 }
 
+mod lvm;
 mod zfs;
 
+pub use lvm::LvmBackend;
 pub use zfs::ZfsBackend;

@@ -125,10 +125,10 @@ impl Backend for ZfsBackend {
                     existing.capacity_bytes, spec.size
                 )));
             }
-            return Ok(existing);
+            return Ok((at.clone(), existing));
         }
         self.zfs.create_zvol(&spec)?;
-        self.state(&name, true)
+        Ok((at.clone(), self.state(&name, true)?))
     }
 
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError> {

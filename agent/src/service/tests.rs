@@ -55,10 +55,13 @@ impl Backend for SimBackend {
                 .lock()
                 .map_err(|_| AgentError::Internal("poison".into()))? += 1;
         }
-        Ok(VolumeState {
-            capacity_bytes: bytes,
-            device_path: PathBuf::from("/dev/zd0"),
-        })
+        Ok((
+            at.clone(),
+            VolumeState {
+                capacity_bytes: bytes,
+                device_path: PathBuf::from("/dev/zd0"),
+            },
+        ))
     }
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError> {
         let v = self
