@@ -120,6 +120,10 @@ pub fn classify(lv: &Lv, thin_pool: Option<&LvName>) -> Result<Adoptable, Refusa
     let unclear = |why: String| Refusal::Unclear { why };
     let kind = match lv.attr.volume_type {
         VolumeType::Snapshot => return Err(Refusal::Snapshot),
+        // A cache's origin is also `o`; its role says it is a cache part.
+        VolumeType::Origin if lv.role.iter().any(|r| r == "cache" || r == "cacheorigin") => {
+            return Err(Refusal::Cache)
+        }
         VolumeType::Origin => return Err(Refusal::SnapshotOrigin),
         VolumeType::ThinPool => return Err(Refusal::ThinPool),
         VolumeType::ThinPoolData => return Err(Refusal::ThinPoolData),
