@@ -111,7 +111,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rep_ratio = rep_theirs.as_secs_f64() / rep_ours.as_secs_f64();
     println!("lvm bench (lab guest under TCG; compare ratios, not times)");
     println!(
-        "  create+remove x{PAIRS}: sys::lvm {:.0} ms ({:.1} ms/pair; create incl. read-back {:.1} ms, of which one LV report ~{:.1} ms), lvcreate+lvremove processes {:.0} ms ({:.1} ms/pair)",
+        "  create+remove x{PAIRS}: sys::lvm {:.0} ms ({:.1} ms/pair; create {:.1} ms (one lvcreate plus a sysfs read of the new device; an LVM report of one LV would add ~{:.1} ms)), lvcreate+lvremove processes {:.0} ms ({:.1} ms/pair)",
         ms(ours),
         ms(ours) / PAIRS as f64,
         ms(create_part) / PAIRS as f64,

@@ -4,7 +4,7 @@
 use pillar_csi_lab::{run, Lab, Result};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use sys::lvm::{classify, Adoptable, Error, Lv, LvName, Lvm, LvmUuid, Refusal, VgName};
+use sys::lvm::{classify, Adoptable, Created, Error, Lv, LvName, Lvm, LvmUuid, Refusal, VgName};
 
 const MIB: u64 = 1 << 20;
 const FIELDS: &str = "vg_name,lv_name,vg_uuid,lv_uuid,lv_attr,segtype,pool_lv,origin,lv_size,data_percent,metadata_percent,lv_path,lv_layout,lv_role";
@@ -123,6 +123,19 @@ fn assert_matches_cli(lv: &Lv) -> Result<()> {
     Ok(())
 }
 
+/// What a create returned (read from the kernel's device-mapper entry) is
+/// what LVM reports of the LV.
+fn assert_created_is(created: &Created, lv: &Lv) {
+    assert!(created.active);
+    assert_eq!(created.name.as_str(), lv.name);
+    assert_eq!(created.vg, lv.vg);
+    assert_eq!(created.uuid, lv.uuid);
+    assert_eq!(created.vg_uuid, lv.vg_uuid);
+    assert_eq!(created.size, lv.size);
+    assert_eq!(Some(&created.path), lv.path.as_ref());
+    assert!(created.path.exists(), "{}", created.path.display());
+}
+
 #[test]
 #[ignore = "needs the kernel lab"]
 fn lvm_create_linear_and_thin_cross_checked_with_lvs() -> Result<()> {
@@ -132,7 +145,9 @@ fn lvm_create_linear_and_thin_cross_checked_with_lvs() -> Result<()> {
     let lin = LvName::new(&lab.unique("lvm-lin"))?;
     let thin = LvName::new(&lab.unique("lvm-thin"))?;
 
-    let l = lvm.create_linear(&vg, &lin, 8 * MIB)?;
+    let created = lvm.create_linear(&vg, &lin, 8 * MIB)?;
+    let l = lvm.lv(&vg, &lin)?;
+    assert_created_is(&created, &l);
     assert_eq!(
         (l.name.as_str(), l.size, l.segtype.as_str()),
         (lin.as_str(), 8 * MIB, "linear")
@@ -148,7 +163,9 @@ fn lvm_create_linear_and_thin_cross_checked_with_lvs() -> Result<()> {
     assert_eq!(classify(&l, Some(&pool)), Err(Refusal::LinearWithThinPool));
 
     // Not a multiple of the extent size: rounded up to whole extents.
-    let t = lvm.create_thin(&vg, &pool, &thin, 16 * MIB + 512)?;
+    let created = lvm.create_thin(&vg, &pool, &thin, 16 * MIB + 512)?;
+    let t = lvm.lv(&vg, &thin)?;
+    assert_created_is(&created, &t);
     let extent = lvm.vg(&vg)?.extent_size;
     assert_eq!(t.size, (16 * MIB + 512).div_ceil(extent) * extent);
     assert_eq!(t.segtype, "thin");
@@ -199,7 +216,7 @@ fn lvm_vg_and_thin_pool_capacity_match_the_cli() -> Result<()> {
     let lvm = Lvm::start()?;
     let thin = LvName::new(&lab.unique("lvm-cap"))?;
     let t = lvm.create_thin(&vg, &pool, &thin, 32 * MIB)?;
-    let dev = t.path.clone().ok_or("thin LV has no path")?;
+    let dev = t.path.clone();
     // Write 4 MiB so the pool's data use is not zero.
     run(
         "dd",
@@ -529,7 +546,7 @@ fn lvm_eight_threads_issue_mixed_requests_at_once() -> Result<()> {
                                 } else {
                                     lvm.create_thin(vg, pool, &n, 8 * MIB).map_err(e)?
                                 };
-                                if lv.name != n.as_str() {
+                                if lv.name != n {
                                     return Err(format!("asked for {n}, got {}", lv.name));
                                 }
                                 let again = lvm.lv(vg, &n).map_err(e)?;
@@ -776,6 +793,21 @@ fn lvm_layouts_are_classified_as_the_spec_says() -> Result<()> {
         ],
     )?;
     std::fs::write(lab.work.join("lvm-layouts.json"), &sample)?;
+    let vgs = run(
+        "vgs",
+        &[
+            "--reportformat",
+            "json",
+            "--units",
+            "b",
+            "--nosuffix",
+            "-o",
+            "vg_name,vg_uuid,vg_size,vg_free,vg_extent_size",
+            &vgname,
+            &lab.vg,
+        ],
+    )?;
+    std::fs::write(lab.work.join("lvm-vgs.json"), &vgs)?;
 
     let lvm = Lvm::start()?;
     let vg = VgName::new(&vgname)?;

@@ -229,3 +229,189 @@ pub fn classify(lv: &Lv, thin_pool: Option<&LvName>) -> Result<Adoptable, Refusa
     }
     Ok(kind)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::lvm::report::{parse_lvs, LvAttr};
+
+    /// `lvs -a --reportformat json --units b --nosuffix -o <LV fields>` of a
+    /// VG holding every layout the lab can build, captured in the lab by
+    /// `lvm_layouts_are_classified_as_the_spec_says` (lab-runs/*/lvm-layouts.json).
+    const SAMPLE: &str = include_str!("testdata/layouts.json");
+
+    fn sample() -> Vec<Lv> {
+        let lines: Vec<String> = SAMPLE.lines().map(str::to_owned).collect();
+        parse_lvs(&lines).unwrap()
+    }
+
+    fn find<'a>(lvs: &'a [Lv], name: &str) -> &'a Lv {
+        lvs.iter()
+            .find(|l| l.name == name)
+            .unwrap_or_else(|| panic!("{name} is not in the sample"))
+    }
+
+    fn pool(name: &str) -> LvName {
+        LvName::new(name).unwrap()
+    }
+
+    #[test]
+    fn linear_and_thin_of_the_backend_pool_are_adoptable() {
+        let lvs = sample();
+        assert_eq!(classify(find(&lvs, "lin"), None), Ok(Adoptable::Linear));
+        // `thin` is also the origin of a thin snapshot: still adoptable.
+        assert_eq!(
+            classify(find(&lvs, "thin"), Some(&pool("pool"))),
+            Ok(Adoptable::Thin)
+        );
+        assert_eq!(
+            classify(find(&lvs, "thin2"), Some(&pool("pool2"))),
+            Ok(Adoptable::Thin)
+        );
+    }
+
+    #[test]
+    fn the_backend_decides_between_linear_and_thin() {
+        let lvs = sample();
+        assert_eq!(
+            classify(find(&lvs, "lin"), Some(&pool("pool"))),
+            Err(Refusal::LinearWithThinPool)
+        );
+        assert_eq!(
+            classify(find(&lvs, "thin"), None),
+            Err(Refusal::ThinWithoutPool)
+        );
+        assert_eq!(
+            classify(find(&lvs, "thin2"), Some(&pool("pool"))),
+            Err(Refusal::OtherThinPool {
+                pool: "pool2".into(),
+                backend_pool: "pool".into()
+            })
+        );
+    }
+
+    #[test]
+    fn every_other_layout_is_refused_with_its_reason() {
+        let lvs = sample();
+        let p = pool("pool");
+        let cases: &[(&str, Refusal)] = &[
+            ("snap", Refusal::Snapshot),
+            ("origin", Refusal::SnapshotOrigin),
+            (
+                "tsnap",
+                Refusal::ThinSnapshot {
+                    origin: "thin".into(),
+                },
+            ),
+            ("pool", Refusal::ThinPool),
+            ("pool_tdata", Refusal::ThinPoolData),
+            ("pool_tmeta", Refusal::Metadata),
+            ("lvol0_pmspare", Refusal::Metadata),
+            ("mirror", Refusal::Mirror),
+            ("mirror_mimage_0", Refusal::Mirror),
+            ("raid", Refusal::Raid),
+            ("raid_rimage_1", Refusal::Raid),
+            ("raid_rmeta_0", Refusal::Metadata),
+            ("cached", Refusal::Cache),
+            ("cached_corig", Refusal::Cache),
+            ("cpool_cpool", Refusal::Cache),
+            ("cpool_cpool_cdata", Refusal::Cache),
+            ("cpool_cpool_cmeta", Refusal::Metadata),
+            (
+                "striped",
+                Refusal::NotLinear {
+                    segtype: "striped".into(),
+                },
+            ),
+        ];
+        for (name, want) in cases {
+            let lv = find(&lvs, name);
+            assert_eq!(classify(lv, None).as_ref(), Err(want), "{name}");
+            assert_eq!(classify(lv, Some(&p)).as_ref(), Err(want), "{name}");
+        }
+        // Nothing in the sample but `lin` (no pool) and the thin LVs of the
+        // backend's pool is adoptable, whatever the backend.
+        for lv in &lvs {
+            for backend in [None, Some(pool("pool")), Some(pool("pool2"))] {
+                if classify(lv, backend.as_ref()).is_ok() {
+                    assert!(
+                        ["lin", "thin", "thin2"].contains(&lv.name.as_str()),
+                        "{} adoptable with {backend:?}",
+                        lv.name
+                    );
+                }
+            }
+        }
+    }
+
+    /// Layouts the lab cannot build (pvmove is transient, VDO needs its
+    /// tools), an inactive LV, and reports that disagree with themselves:
+    /// real rows of the sample with one column changed.
+    #[test]
+    fn derived_rows_pvmove_vdo_virtual_inactive_and_unclear() {
+        let lvs = sample();
+        let with_attr = |name: &str, attr: &str| {
+            let mut lv = find(&lvs, name).clone();
+            lv.attr = LvAttr::parse(attr).unwrap();
+            lv
+        };
+        let refused = |lv: &Lv| classify(lv, None).unwrap_err();
+        assert_eq!(refused(&with_attr("lin", "pwi-a-----")), Refusal::Pvmove);
+        assert_eq!(refused(&with_attr("lin", "dwi-a-----")), Refusal::Vdo);
+        assert_eq!(refused(&with_attr("lin", "Dwi-ao----")), Refusal::Vdo);
+        assert_eq!(refused(&with_attr("lin", "vwi-a-v---")), Refusal::Virtual);
+        assert_eq!(
+            refused(&with_attr("lin", "-wi-------")),
+            Refusal::NotActive { state: '-' }
+        );
+        assert_eq!(
+            refused(&with_attr("lin", "-wi-s-----")),
+            Refusal::NotActive { state: 's' }
+        );
+        assert!(matches!(
+            refused(&with_attr("lin", "Zwi-a-----")),
+            Refusal::Unclear { .. }
+        ));
+        assert!(matches!(
+            refused(&with_attr("lin", "cwi-a-----")),
+            Refusal::Unclear { .. }
+        ));
+        // lv_attr says thin, segtype says linear.
+        assert!(matches!(
+            refused(&with_attr("lin", "Vwi-a-tz--")),
+            Refusal::Unclear { .. }
+        ));
+        // A plain, linear-looking LV whose layout is not linear.
+        let mut odd = find(&lvs, "lin").clone();
+        odd.layout = vec!["linear".into(), "striped".into()];
+        assert!(matches!(refused(&odd), Refusal::Unclear { .. }));
+        // A public-looking linear row that LVM marks private.
+        let mut private = find(&lvs, "lin").clone();
+        private.role = vec!["private".into()];
+        assert!(matches!(refused(&private), Refusal::Unclear { .. }));
+        // A thin LV without a pool is not clear.
+        let mut poolless = find(&lvs, "thin").clone();
+        poolless.pool_lv = None;
+        assert!(matches!(
+            classify(&poolless, Some(&pool("pool"))),
+            Err(Refusal::Unclear { .. })
+        ));
+    }
+
+    #[test]
+    fn refusals_read_as_sentences() {
+        assert_eq!(
+            Refusal::OtherThinPool {
+                pool: "p2".into(),
+                backend_pool: "thin0".into()
+            }
+            .to_string(),
+            "it is a thin LV of pool p2, not of the backend's pool thin0"
+        );
+        assert_eq!(
+            Refusal::NotActive { state: '-' }.to_string(),
+            "it is not active (lv_attr state '-')"
+        );
+    }
+}

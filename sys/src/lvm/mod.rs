@@ -19,16 +19,18 @@
 //! let lvm = Lvm::start()?;
 //! let vg = VgName::new("data-vg")?;
 //! let pool = LvName::new("thin0")?;
-//! let lv = lvm.create_thin(&vg, &pool, &LvName::new("pvc-1")?, 1 << 30)?;
-//! println!("{} is {} bytes at {:?}", lv.uuid, lv.size, lv.path);
+//! let new = lvm.create_thin(&vg, &pool, &LvName::new("pvc-1")?, 1 << 30)?;
+//! println!("{} is {} bytes at {}", new.uuid, new.size, new.path.display());
+//! let lv = lvm.lv(&vg, &new.name)?;
 //! assert_eq!(classify(&lv, Some(&pool)), Ok(sys::lvm::Adoptable::Thin));
 //! lvm.extend(&vg, &LvName::new("pvc-1")?, 2 << 30)?;
-//! lvm.remove(&vg, &LvName::new("pvc-1")?, &lv.uuid)?;
+//! lvm.remove(&vg, &new.name, &new.uuid)?;
 //! println!("{} bytes free", lvm.vg(&vg)?.free);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod adopt;
+mod dm;
 mod error;
 mod ffi;
 mod names;
@@ -59,7 +61,7 @@ pub enum Request {
     Lvs(VgName),
     /// Report one LV ([`Reply::Lv`]).
     Lv(VgName, LvName),
-    /// Create a linear LV of at least `size` bytes ([`Reply::Lv`]).
+    /// Create a linear LV of at least `size` bytes ([`Reply::Created`]).
     CreateLinear {
         /// The VG.
         vg: VgName,
@@ -68,7 +70,7 @@ pub enum Request {
         /// Bytes, rounded up by LVM to whole extents.
         size: u64,
     },
-    /// Create a thin LV of `size` virtual bytes in a thin pool ([`Reply::Lv`]).
+    /// Create a thin LV of `size` virtual bytes in a thin pool ([`Reply::Created`]).
     CreateThin {
         /// The VG.
         vg: VgName,
@@ -110,10 +112,36 @@ pub enum Reply {
     Lvs(Vec<Lv>),
     /// One LV, as it is after the request.
     Lv(Lv),
+    /// The LV just created.
+    Created(Created),
     /// The LV was removed.
     Removed,
     /// A thin pool's capacity.
     ThinPool(ThinPool),
+}
+
+/// An LV just created: its identity, size and device.
+///
+/// Read from the kernel's device-mapper entry of the new (active) LV in
+/// sysfs, which costs a few small reads; only when the LV did not come up
+/// active does the worker run an LVM report instead. [`Lvm::lv`] gives the
+/// full report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Created {
+    /// Its VG.
+    pub vg: VgName,
+    /// Its name.
+    pub name: LvName,
+    /// Its VG's UUID.
+    pub vg_uuid: LvmUuid,
+    /// Its UUID: pin it for later destructive steps ([`Lvm::remove`]).
+    pub uuid: LvmUuid,
+    /// Its size in bytes (rounded up to whole extents).
+    pub size: u64,
+    /// `/dev/<vg>/<lv>`.
+    pub path: std::path::PathBuf,
+    /// Whether it is active (its device exists).
+    pub active: bool,
 }
 
 /// A thin pool and its capacity.
@@ -227,10 +255,9 @@ impl Lvm {
         lv_reply(self.call(Request::Lv(vg.clone(), lv.clone()))?)
     }
 
-    /// Creates a linear LV of `size` bytes (rounded up to whole extents)
-    /// and returns it as LVM reports it afterwards.
-    pub fn create_linear(&self, vg: &VgName, lv: &LvName, size: u64) -> Result<Lv, Error> {
-        lv_reply(self.call(Request::CreateLinear {
+    /// Creates a linear LV of `size` bytes (rounded up to whole extents).
+    pub fn create_linear(&self, vg: &VgName, lv: &LvName, size: u64) -> Result<Created, Error> {
+        created_reply(self.call(Request::CreateLinear {
             vg: vg.clone(),
             lv: lv.clone(),
             size,
@@ -244,8 +271,8 @@ impl Lvm {
         pool: &LvName,
         lv: &LvName,
         size: u64,
-    ) -> Result<Lv, Error> {
-        lv_reply(self.call(Request::CreateThin {
+    ) -> Result<Created, Error> {
+        created_reply(self.call(Request::CreateThin {
             vg: vg.clone(),
             pool: pool.clone(),
             lv: lv.clone(),
@@ -299,6 +326,13 @@ impl Drop for Lvm {
 fn lv_reply(reply: Reply) -> Result<Lv, Error> {
     match reply {
         Reply::Lv(lv) => Ok(lv),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn created_reply(reply: Reply) -> Result<Created, Error> {
+    match reply {
+        Reply::Created(c) => Ok(c),
         other => Err(unexpected(other)),
     }
 }

@@ -333,3 +333,98 @@ pub fn parse_lvs(lines: &[String]) -> Result<Vec<Lv>, ReportError> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const LAYOUTS: &str = include_str!("testdata/layouts.json");
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn lv_reports_parse_into_typed_values() {
+        let lvs = parse_lvs(&lines(LAYOUTS)).unwrap();
+        let rows = serde_json::from_str::<serde_json::Value>(LAYOUTS).unwrap()["report"][0]["lv"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert_eq!(lvs.len(), rows);
+        let lin = lvs.iter().find(|l| l.name == "lin").unwrap();
+        assert_eq!(
+            (lin.size, lin.segtype.as_str(), lin.hidden),
+            (8 << 20, "linear", false)
+        );
+        assert_eq!(lin.attr.volume_type, VolumeType::Plain);
+        assert!(lin.attr.active);
+        assert_eq!(lin.attr.open, Some(false));
+        assert_eq!(lin.layout, ["linear"]);
+        assert_eq!(lin.role, ["public"]);
+        assert_eq!(lin.data_percent, None);
+        assert!(lin.path.as_ref().unwrap().ends_with("lin"));
+        assert_eq!(lin.vg_uuid, lvs[0].vg_uuid);
+
+        let tdata = lvs.iter().find(|l| l.name == "pool_tdata").unwrap();
+        assert!(tdata.hidden && tdata.path.is_none());
+        assert_eq!(tdata.attr.volume_type, VolumeType::ThinPoolData);
+        assert_eq!(tdata.attr.open, Some(true));
+
+        let pool = lvs.iter().find(|l| l.name == "pool").unwrap();
+        assert_eq!(pool.attr.volume_type, VolumeType::ThinPool);
+        assert_eq!(pool.data_percent, Some(0.0));
+        assert!(pool.metadata_percent.unwrap() > 0.0);
+
+        let thin = lvs.iter().find(|l| l.name == "thin").unwrap();
+        assert_eq!(thin.pool_lv.as_deref(), Some("pool"));
+        assert_eq!(thin.attr.target_type, 't');
+        let tsnap = lvs.iter().find(|l| l.name == "tsnap").unwrap();
+        assert_eq!(tsnap.origin.as_deref(), Some("thin"));
+        // Brackets of hidden LVs are taken off references too.
+        let cached = lvs.iter().find(|l| l.name == "cached").unwrap();
+        assert_eq!(cached.pool_lv.as_deref(), Some("cpool_cpool"));
+        assert_eq!(cached.origin.as_deref(), Some("cached_corig"));
+        assert_eq!(cached.data_percent, Some(6.25));
+    }
+
+    #[test]
+    fn warnings_around_a_report_are_ignored_and_garbage_is_an_error() {
+        let mut l = vec!["  WARNING: something LVM wanted to say".to_owned()];
+        l.extend(lines(LAYOUTS));
+        l.push("  WARNING: and after".to_owned());
+        assert_eq!(
+            parse_lvs(&l).unwrap().len(),
+            parse_lvs(&lines(LAYOUTS)).unwrap().len()
+        );
+
+        assert!(parse_lvs(&["no report here".to_owned()]).is_err());
+        let bad_size = LAYOUTS.replacen("\"lv_size\":\"8388608\"", "\"lv_size\":\"8.00m\"", 1);
+        let err = parse_lvs(&lines(&bad_size)).unwrap_err();
+        assert!(err.to_string().contains("lv_size \"8.00m\""), "{err}");
+        let bad_attr = LAYOUTS.replacen("\"lv_attr\":\"-wi-a-----\"", "\"lv_attr\":\"-wi\"", 1);
+        assert!(parse_lvs(&lines(&bad_attr)).is_err());
+        let missing = LAYOUTS.replace("\"segtype\":", "\"segtypo\":");
+        assert!(parse_lvs(&lines(&missing)).is_err());
+    }
+
+    #[test]
+    fn attrs_decode_per_lvs_8() {
+        let a = LvAttr::parse("Vwi---tz-k").unwrap();
+        assert_eq!(a.volume_type, VolumeType::Thin);
+        assert!(!a.active);
+        assert_eq!((a.state, a.open, a.target_type), ('-', Some(false), 't'));
+        let a = LvAttr::parse("owi-aoC---").unwrap();
+        assert_eq!(
+            (a.volume_type, a.active, a.open),
+            (VolumeType::Origin, true, Some(true))
+        );
+        assert_eq!(LvAttr::parse("-wi-aX----").unwrap().open, None);
+        assert_eq!(
+            LvAttr::parse("?wi-a-----").unwrap().volume_type,
+            VolumeType::Unknown('?')
+        );
+        assert!(LvAttr::parse("-wi-a----").is_none());
+    }
+}

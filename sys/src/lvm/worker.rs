@@ -2,11 +2,12 @@
 //! into LVM command lines built from checked values, and each outcome into
 //! a typed [`Reply`] or [`Error`].
 use super::{
+    dm,
     error::Error,
     ffi::{Handle, Outcome},
     names::{LvName, LvmUuid, VgName},
     report::{parse_lvs, parse_vgs, Lv, Vg, VolumeType, LV_FIELDS, VG_FIELDS},
-    Job, Reply, Request, ThinPool,
+    Created, Job, Reply, Request, ThinPool,
 };
 use std::{ffi::CString, sync::mpsc};
 
@@ -103,10 +104,10 @@ impl Worker {
             Request::Lvs(vg) => self.lvs(&vg).map(Reply::Lvs),
             Request::Lv(vg, lv) => self.lv(&vg, &lv).map(Reply::Lv),
             Request::CreateLinear { vg, lv, size } => {
-                self.create_linear(&vg, &lv, size).map(Reply::Lv)
+                self.create_linear(&vg, &lv, size).map(Reply::Created)
             }
             Request::CreateThin { vg, pool, lv, size } => {
-                self.create_thin(&vg, &pool, &lv, size).map(Reply::Lv)
+                self.create_thin(&vg, &pool, &lv, size).map(Reply::Created)
             }
             Request::Remove { vg, lv, uuid } => {
                 self.remove(&vg, &lv, &uuid).map(|()| Reply::Removed)
@@ -234,7 +235,34 @@ impl Worker {
         err
     }
 
-    fn create_linear(&mut self, vg: &VgName, lv: &LvName, size: u64) -> Result<Lv, Error> {
+    /// The LV just created: from the kernel's device-mapper entry when it
+    /// is active (no second LVM command), else from an LVM report.
+    fn created(&mut self, vg: &VgName, lv: &LvName) -> Result<Created, Error> {
+        let path = std::path::PathBuf::from(format!("/dev/{vg}/{lv}"));
+        if let Some(a) = dm::active(std::path::Path::new("/sys/block"), vg, lv) {
+            return Ok(Created {
+                vg: vg.clone(),
+                name: lv.clone(),
+                vg_uuid: a.vg_uuid,
+                uuid: a.uuid,
+                size: a.size,
+                path,
+                active: true,
+            });
+        }
+        let r = self.lv(vg, lv)?;
+        Ok(Created {
+            vg: vg.clone(),
+            name: lv.clone(),
+            vg_uuid: r.vg_uuid,
+            uuid: r.uuid,
+            size: r.size,
+            path: r.path.unwrap_or(path),
+            active: r.attr.active,
+        })
+    }
+
+    fn create_linear(&mut self, vg: &VgName, lv: &LvName, size: u64) -> Result<Created, Error> {
         check_size(vg, lv, size)?;
         let cmd = Cmd::new("lvcreate")
             .arg("-y")
@@ -248,7 +276,7 @@ impl Worker {
         if let Err(e) = self.exec(&cmd) {
             return Err(self.diagnose_create(e, vg, lv, size));
         }
-        self.lv(vg, lv)
+        self.created(vg, lv)
     }
 
     fn thin_pool_lv(&mut self, vg: &VgName, pool: &LvName) -> Result<Lv, Error> {
@@ -274,7 +302,7 @@ impl Worker {
         pool: &LvName,
         lv: &LvName,
         size: u64,
-    ) -> Result<Lv, Error> {
+    ) -> Result<Created, Error> {
         check_size(vg, lv, size)?;
         // Checked first: `lvcreate --thinpool` must never be pointed at an
         // LV that is not a thin pool.
@@ -299,7 +327,7 @@ impl Worker {
                 Err(_) => e,
             });
         }
-        self.lv(vg, lv)
+        self.created(vg, lv)
     }
 
     fn remove(&mut self, vg: &VgName, lv: &LvName, uuid: &LvmUuid) -> Result<(), Error> {
