@@ -133,7 +133,9 @@ impl From<sys::lvm::Error> for AgentError {
             L::VgNotFound { .. } | L::LvNotFound { .. } => AgentError::NotFound(text),
             L::LvExists { .. } => AgentError::AlreadyExists(text),
             L::InsufficientSpace { .. } => AgentError::ResourceExhausted(text),
-            L::NotAThinPool { .. } | L::UuidMismatch { .. } | L::Shrink { .. } => AgentError::FailedPrecondition(text),
+            L::NotAThinPool { .. } | L::UuidMismatch { .. } | L::Shrink { .. } => {
+                AgentError::FailedPrecondition(text)
+            }
             L::Init | L::AlreadyRunning | L::Worker(_) => AgentError::Unavailable(text),
             _ => AgentError::Internal(text),
         }

@@ -59,11 +59,15 @@ pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, Serv
                     .map_err(|e| ServeError::Startup(e.to_string()))?;
                 backends.push(Arc::new(backend));
             }
-            BackendConfig::Lvm { volume_group, thin_pool } => {
+            BackendConfig::Lvm {
+                volume_group,
+                thin_pool,
+            } => {
                 let handle = match &lvm {
                     Some(h) => Arc::clone(h),
                     None => {
-                        let h = sys::lvm::Lvm::start_shared().map_err(|e| ServeError::Startup(e.to_string()))?;
+                        let h = sys::lvm::Lvm::start_shared()
+                            .map_err(|e| ServeError::Startup(e.to_string()))?;
                         lvm = Some(Arc::clone(&h));
                         h
                     }

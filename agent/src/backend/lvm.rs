@@ -3,7 +3,7 @@
 use super::{Backend, BackendKind, Capacity, CreateOptions, VolumeState};
 use crate::{error::AgentError, marks::BackendRecord, volume::VolumeId};
 use std::sync::Arc;
-use sys::lvm::{Error as LvmError, Lvm, LvName, LvmUuid, VgName};
+use sys::lvm::{Error as LvmError, LvName, Lvm, LvmUuid, VgName};
 
 /// One LVM backend: a volume group and, optionally, its thin pool.
 #[derive(Debug)]
@@ -37,7 +37,9 @@ impl LvmBackend {
                     .transpose()
                     .map_err(|e| AgentError::Internal(format!("recorded LV UUID: {e}")))?,
             )),
-            other => Err(AgentError::Internal(format!("LVM backend asked about {other:?}"))),
+            other => Err(AgentError::Internal(format!(
+                "LVM backend asked about {other:?}"
+            ))),
         }
     }
 
@@ -81,7 +83,8 @@ impl Backend for LvmBackend {
     }
 
     fn locate(&self, id: &VolumeId) -> Result<BackendRecord, AgentError> {
-        let lv = LvName::new(id.name()).map_err(|e| AgentError::InvalidArgument(format!("volume {id}: {e}")))?;
+        let lv = LvName::new(id.name())
+            .map_err(|e| AgentError::InvalidArgument(format!("volume {id}: {e}")))?;
         Ok(BackendRecord::Lv {
             vg: self.vg.as_str().to_owned(),
             lv: lv.as_str().to_owned(),
@@ -89,7 +92,12 @@ impl Backend for LvmBackend {
         })
     }
 
-    fn create(&self, at: &BackendRecord, bytes: u64, options: &CreateOptions) -> Result<(BackendRecord, VolumeState), AgentError> {
+    fn create(
+        &self,
+        at: &BackendRecord,
+        bytes: u64,
+        options: &CreateOptions,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
         let (vg, lv, _) = Self::names(at)?;
         if let Some(existing) = self.current(at)? {
             if existing.size < bytes {
@@ -141,9 +149,9 @@ impl Backend for LvmBackend {
 
     fn expand(&self, at: &BackendRecord, bytes: u64) -> Result<u64, AgentError> {
         let (vg, lv, _) = Self::names(at)?;
-        let found = self
-            .current(at)?
-            .ok_or_else(|| AgentError::NotFound(format!("logical volume {vg}/{lv} does not exist")))?;
+        let found = self.current(at)?.ok_or_else(|| {
+            AgentError::NotFound(format!("logical volume {vg}/{lv} does not exist"))
+        })?;
         if bytes <= found.size {
             return Ok(found.size);
         }

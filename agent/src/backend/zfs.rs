@@ -90,7 +90,7 @@ impl Backend for ZfsBackend {
         at: &BackendRecord,
         bytes: u64,
         options: &CreateOptions,
-    ) -> Result<VolumeState, AgentError> {
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
         let name = Self::dataset(at)?;
         let mut spec = ZvolSpec::new(name.clone(), 0);
         for (key, value) in &options.zfs_properties {

@@ -176,17 +176,11 @@ impl Agent {
         let backend = self.backend(&id, kind)?;
         let at = backend.locate(&id)?;
         let (_guard, mut mark, _) = self.admit(&id, token, Call::Other).await?;
-        if let Some(recorded) = &mark.backend {
-            if *recorded != at {
-                return Err(AgentError::AlreadyExists(format!(
-                    "volume {id} is recorded at {recorded:?}, not at {at:?}"
-                )));
-            }
-        }
-        let (b, target) = (backend.clone(), at.clone());
-        let state =
+        let target = mark.backend.clone().unwrap_or(at);
+        let b = backend.clone();
+        let (record, state) =
             tokio::task::spawn_blocking(move || b.create(&target, bytes, &options)).await??;
-        mark.backend = Some(at);
+        mark.backend = Some(record);
         self.save(mark).await?;
         info!(volume = %id, bytes = state.capacity_bytes, "volume created");
         Ok(state)

@@ -33,7 +33,7 @@ impl Backend for SimBackend {
         at: &BackendRecord,
         bytes: u64,
         _: &CreateOptions,
-    ) -> Result<VolumeState, AgentError> {
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
         let name = format!("{at:?}");
         let mut v = self
             .volumes
