@@ -109,6 +109,21 @@ fn zfs_lab_thick_zvol_with_typed_properties_matches_the_cli() -> Result<()> {
     );
     assert_eq!(zfs.volsize(&ds)?, 96 * MIB);
     assert_eq!(zfs.dataset_type(&ds)?, DatasetType::Volume);
+    for p in [
+        "compression",
+        "volmode",
+        "volsize",
+        "refreservation",
+        "guid",
+        "pillar-csi.bhyoo.com:owner",
+    ] {
+        assert_eq!(zfs.property(&ds, p)?, Some(zget(d, p)?), "{p}");
+    }
+    assert_eq!(zfs.property(&ds, "nobody:unset")?, None);
+    assert!(matches!(
+        zfs.property(&ds, "no-such"),
+        Err(Error::InvalidProperty { .. })
+    ));
 
     // The device node, through udev, is a block device of that size.
     let dev = zfs.wait_device(&ds, Duration::from_secs(30))?;

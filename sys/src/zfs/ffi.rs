@@ -16,10 +16,12 @@
 #![allow(unsafe_code)]
 
 use std::{
+    collections::HashMap,
     ffi::{c_char, c_int, c_void, CStr, CString},
     marker::PhantomData,
     ptr::{self, NonNull},
     sync::Mutex,
+    time::{Duration, Instant},
 };
 use zfs_sys as z;
 
@@ -301,9 +303,21 @@ pub(crate) struct LibzfsError {
     pub text: String,
 }
 
+/// How long a pool handle kept for its layout is reused before it is
+/// opened again (a pool's vdev layout rarely changes).
+pub(crate) const POOL_LAYOUT_TTL: Duration = Duration::from_secs(30);
+
 /// The libzfs handle. Not thread-safe: `Send`, not `Sync`.
+///
+/// It keeps one pool handle per pool for the pool's layout, which the
+/// reservation of a thick volume depends on, so that creates do not pay a
+/// pool open each; those handles are reopened after [`POOL_LAYOUT_TTL`] and
+/// closed before the libzfs handle.
 #[derive(Debug)]
-pub(crate) struct Libzfs(NonNull<z::libzfs_handle_t>);
+pub(crate) struct Libzfs {
+    ptr: NonNull<z::libzfs_handle_t>,
+    layouts: HashMap<String, (NonNull<z::zpool_handle_t>, Instant)>,
+}
 
 // SAFETY: a libzfs handle may be used from any thread as long as one thread
 // uses it at a time; Libzfs is not Sync, and the safe API keeps it in a Mutex.
@@ -321,11 +335,47 @@ impl Libzfs {
         // SAFETY: no arguments; serialised with other inits and finis.
         let p = unsafe { z::libzfs_init() };
         let err = std::io::Error::last_os_error();
-        NonNull::new(p).map(Libzfs).ok_or(err)
+        NonNull::new(p)
+            .map(|ptr| Libzfs {
+                ptr,
+                layouts: HashMap::new(),
+            })
+            .ok_or(err)
     }
 
     fn ptr(&self) -> *mut z::libzfs_handle_t {
-        self.0.as_ptr()
+        self.ptr.as_ptr()
+    }
+
+    /// The refreservation a thick volume of `volsize` needs in `pool`, as
+    /// `zfs create -V` computes it (`zvol_volsize_to_reservation`), given
+    /// the kernel-form creation properties (volblocksize, copies).
+    pub fn volsize_to_reservation(
+        &mut self,
+        pool: &CStr,
+        volsize: u64,
+        props: &NvList,
+    ) -> Result<u64, LibzfsError> {
+        let key = pool.to_string_lossy().into_owned();
+        if let Some((p, at)) = self.layouts.get(&key).copied() {
+            if at.elapsed() < POOL_LAYOUT_TTL {
+                // SAFETY: a live pool handle of this libzfs handle; the
+                // list is live; both only read.
+                return Ok(unsafe {
+                    z::zvol_volsize_to_reservation(p.as_ptr(), volsize, props.as_ptr())
+                });
+            }
+            self.layouts.remove(&key);
+            // SAFETY: the handle was ours and is closed once, here.
+            unsafe { z::zpool_close(p.as_ptr()) };
+        }
+        // SAFETY: live handle, NUL-terminated name; the result is a new
+        // pool handle kept in `layouts` and closed on expiry or in Drop.
+        let p = unsafe { z::zpool_open(self.ptr(), pool.as_ptr()) };
+        let p = NonNull::new(p).ok_or_else(|| self.last_error())?;
+        self.layouts.insert(key, (p, Instant::now()));
+        // SAFETY: as above.
+        Ok(unsafe { z::zvol_volsize_to_reservation(p.as_ptr(), volsize, props.as_ptr()) })
     }
 
     /// The error of the last failed call on this handle.
@@ -424,6 +474,10 @@ impl Libzfs {
 
 impl Drop for Libzfs {
     fn drop(&mut self) {
+        for (_, (p, _)) in self.layouts.drain() {
+            // SAFETY: kept pool handles are ours, closed once, before fini.
+            unsafe { z::zpool_close(p.as_ptr()) };
+        }
         let _g = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: every Dataset and Pool borrowed this handle and is gone;
         // freed once.
@@ -630,14 +684,6 @@ impl Pool<'_> {
         };
         // SAFETY: live handle; no source wanted.
         unsafe { z::zpool_get_prop_int(self.0.as_ptr(), p, ptr::null_mut()) }
-    }
-
-    /// The refreservation a thick volume of `volsize` needs in this pool, as
-    /// `zfs create -V` computes it (`zvol_volsize_to_reservation`), given
-    /// the kernel-form creation properties (volblocksize, copies).
-    pub fn volsize_to_reservation(&self, volsize: u64, props: &NvList) -> u64 {
-        // SAFETY: live handle and list, both only read.
-        unsafe { z::zvol_volsize_to_reservation(self.0.as_ptr(), volsize, props.as_ptr()) }
     }
 }
 
