@@ -178,10 +178,11 @@ fn main() -> Result<()> {
     settle()?;
     barrier.wait();
     let t = Instant::now();
-    let mut slowest = Duration::ZERO;
+    let (mut fastest, mut slowest) = (Duration::MAX, Duration::ZERO);
     for h in handles {
         let one = h.join().map_err(|_| "a create thread panicked")??;
         slowest = slowest.max(one);
+        fastest = fastest.min(one);
     }
     let par_lib = t.elapsed();
     let seq = names(&parent, "par-cli", N)?;
@@ -191,15 +192,29 @@ fn main() -> Result<()> {
         run("zfs", &["create", "-V", "16M", n.as_str()])?;
     }
     let seq_cli = t.elapsed();
+    // How many transaction groups each side's creates landed in.
+    let txgs = |names: &[DatasetName]| -> Result<usize> {
+        let mut set = std::collections::BTreeSet::new();
+        for n in names {
+            set.insert(zfs.property(n, "createtxg")?.unwrap_or_default());
+        }
+        Ok(set.len())
+    };
+    let (txg_lib, txg_cli) = (txgs(&par)?, txgs(&seq)?);
     let r2 = ratio(seq_cli, par_lib);
     println!("2. {N} creates from {N} threads at once vs {N} sequential `zfs create -V`");
     println!(
-        "  sys::zfs: wall {:.2?} ({} of wall), slowest single create {:.2?}",
+        "  sys::zfs: wall {:.2?} ({} of wall), single creates {:.2?} to {:.2?}, in {txg_lib} txgs",
         par_lib,
         per_op(par_lib, N),
+        fastest,
         slowest
     );
-    println!("  zfs CLI:  wall {:.2?} ({})", seq_cli, per_op(seq_cli, N));
+    println!(
+        "  zfs CLI:  wall {:.2?} ({}), in {txg_cli} txgs",
+        seq_cli,
+        per_op(seq_cli, N)
+    );
     println!("  ratio {r2:.2}x (goal >= 6x)");
     if r2 < 6.0 {
         missed.push(format!("concurrent creates {r2:.2}x < 6x"));
@@ -235,6 +250,10 @@ fn main() -> Result<()> {
     }
     let vs_lib = t.elapsed();
     let t = Instant::now();
+    let batch = zfs.volsizes(&many)?;
+    let vs_batch = t.elapsed();
+    assert_eq!(batch.values().copied().collect::<Vec<_>>(), vec![SIZE; M]);
+    let t = Instant::now();
     let mut cli_sizes = Vec::with_capacity(M);
     for n in &many {
         cli_sizes.push(
@@ -257,6 +276,12 @@ fn main() -> Result<()> {
     println!("3. volsize of {M} zvols");
     println!("  sys::zfs: {:.2?} ({})", vs_lib, per_op(vs_lib, M));
     println!("  zfs get:  {:.2?} ({})", vs_cli, per_op(vs_cli, M));
+    println!(
+        "  sys::zfs volsizes (all {M} in one channel program): {:.2?} ({}), {:.1}x",
+        vs_batch,
+        per_op(vs_batch, M),
+        ratio(vs_cli, vs_batch)
+    );
     println!(
         "  (sys::zfs exists, the same ioctl without properties: {})",
         per_op(ex_lib, M)
