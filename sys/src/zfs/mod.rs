@@ -8,15 +8,15 @@
 //!
 //! OpenZFS's rules, enforced by the types:
 //!
-//! - libzfs_core is thread-safe. Creates, destroys, snapshots, clones and
-//!   existence checks issue their ioctl without any lock of ours, so many
-//!   threads create at once and ZFS batches them into fewer transaction
-//!   groups.
+//! - libzfs_core is thread-safe. Creates, destroys, snapshots, clones,
+//!   existence checks and the batched [`Zfs::volsizes`] issue their ioctl
+//!   without any lock of ours, so many threads create at once.
 //! - A libzfs handle is not thread-safe. `Zfs` keeps its one handle behind a
-//!   mutex; reading properties, listing, resizing, pool capacity and the
-//!   property-table lookups of a create take that mutex for the time of
-//!   their (short) libzfs calls. Dataset and pool handles opened through it
-//!   borrow the locked handle and cannot escape the lock.
+//!   mutex; reading properties, listing, resizing, pool capacity, and a
+//!   create's property translation and thick reservation (computed from a
+//!   pool handle kept for the pool's layout, no ioctl) take that mutex for
+//!   the time of their libzfs calls. Dataset and pool handles opened
+//!   through it borrow the locked handle and cannot escape the lock.
 //! - `libzfs_init`/`libzfs_fini` rebuild process-global tables and are
 //!   serialised process-wide. One `Zfs` per process is the intended use.
 //!
@@ -500,8 +500,9 @@ impl Zfs {
         const PROGRAM: &std::ffi::CStr = c"args = ...
 out = {}
 for name, _ in pairs(args['names']) do
-  local ok, size = pcall(zfs.get_prop, name, 'volsize')
-  if ok and size ~= nil then out[name] = size end
+  if zfs.exists(name) and zfs.get_prop(name, 'type') == 'volume' then
+    out[name] = zfs.get_prop(name, 'volsize')
+  end
 end
 return out
 ";
