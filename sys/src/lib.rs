@@ -7,6 +7,8 @@
 //! - [`udev`]: waiting for a device node that udev creates.
 //! - [`adopt`]: the adoption annotations' values (import-zvol, import-lv,
 //!   import-lv-policy), checked once for the agent and the controller.
+//! - [`blkid`]: a read-only filesystem and partition-table signature probe
+//!   through libblkid.
 //! - [`block`]: a block device's identity, size and partitions, and who uses
 //!   it (mounts, device-mapper holders, an exclusive-open probe, LIO and
 //!   nvmet exports).
@@ -16,6 +18,7 @@
 //! FFI modules, every block with a `SAFETY` comment.
 
 pub mod adopt;
+pub mod blkid;
 pub mod block;
 pub mod lvm;
 pub mod udev;
