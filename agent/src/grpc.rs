@@ -1,12 +1,13 @@
 //! The gRPC face of the agent: requests checked and translated, replies built.
 //! Errors become status codes in one place ([`crate::error`]).
 use crate::{
-    backend::{BackendKind, CreateOptions},
+    backend::{BackendKind, CreateOptions, ImportSource},
     error::AgentError,
     export::Protocol,
     fence::Token,
-    marks::ExportRecord,
-    service::Agent,
+    marks::{AdoptedSource, ExportRecord},
+    service::{Agent, Inspection},
+    volume::truncate,
 };
 use pillar_csi_proto::agent::v1::{self as pb, agent_service_server::AgentService};
 use std::{sync::Arc, time::SystemTime};
@@ -79,6 +80,181 @@ fn export_record(acl: bool, initiators: Vec<String>) -> ExportRecord {
     ExportRecord {
         acl,
         allowed_initiators: initiators.into_iter().collect(),
+    }
+}
+
+/// The import source of a CreateVolumeRequest, if it names one.
+fn import_source(r: &pb::CreateVolumeRequest) -> Result<Option<ImportSource>, AgentError> {
+    match (&r.import_zvol, &r.import_lv) {
+        (z, Some(_)) if !z.is_empty() => Err(AgentError::InvalidArgument(format!(
+            "volume {}: set at most one of import_zvol and import_lv",
+            truncate(&r.volume_id)
+        ))),
+        (z, None) if !z.is_empty() => Ok(Some(ImportSource::Zvol { dataset: z.clone() })),
+        (_, Some(lv)) => {
+            let value = format!(
+                "{}/{}:{}:{}",
+                lv.volume_group, lv.logical_volume, lv.volume_group_uuid, lv.logical_volume_uuid
+            );
+            let identity = sys::adopt::parse_import_lv(&value).map_err(|e| {
+                AgentError::InvalidArgument(format!(
+                    "volume {}: import_lv: {e}",
+                    truncate(&r.volume_id)
+                ))
+            })?;
+            let policy = match r.import_lv_policy.as_str() {
+                "" => sys::adopt::LvPolicy::PreserveOriginal,
+                other => sys::adopt::parse_import_lv_policy(Some(other)).map_err(|e| {
+                    AgentError::InvalidArgument(format!(
+                        "volume {}: import_lv_policy: {e}",
+                        truncate(&r.volume_id)
+                    ))
+                })?,
+            };
+            Ok(Some(ImportSource::Lv { identity, policy }))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn lvm_identity(vg: &str, lv: &str, vg_uuid: &str, lv_uuid: &str) -> pb::LvmIdentity {
+    pb::LvmIdentity {
+        volume_group: vg.to_owned(),
+        logical_volume: lv.to_owned(),
+        volume_group_uuid: vg_uuid.to_owned(),
+        logical_volume_uuid: lv_uuid.to_owned(),
+    }
+}
+
+/// The wire form of an inspection.
+fn inspection(volume_id: String, i: Inspection) -> pb::InspectVolumeResponse {
+    use sys::block::Exclusive;
+    let lv = &i.lv;
+    let device_path = lv
+        .path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let (filesystem_probe_state, filesystem_type) = match &i.probe {
+        sys::blkid::Probe::Filesystem { fs_type } => ("filesystem", fs_type.clone()),
+        sys::blkid::Probe::Blank => ("blank", String::new()),
+        _ => ("unknown", String::new()),
+    };
+    let mut consumers = Vec::new();
+    for m in &i.usage.mounts {
+        consumers.push(pb::VolumeConsumer {
+            kind: "mount".into(),
+            device: m.device.clone(),
+            detail: m.mount_point.display().to_string(),
+        });
+    }
+    for h in &i.usage.holders {
+        consumers.push(pb::VolumeConsumer {
+            kind: "holder".into(),
+            device: h.of.clone(),
+            detail: match &h.dm_name {
+                Some(n) => format!("{} ({n})", h.holder),
+                None => h.holder.clone(),
+            },
+        });
+    }
+    let recorded = |p: Protocol| {
+        i.mark
+            .as_ref()
+            .and_then(|m| m.exports.get(p.as_str()).cloned())
+    };
+    let mut exports = Vec::new();
+    for n in &i.usage.nvmet {
+        let (allow_any_host, allowed_hosts) = i
+            .nvmet_allowed
+            .get(&n.subsystem)
+            .cloned()
+            .unwrap_or_default();
+        exports.push(pb::VolumeExport {
+            protocol_type: pb::ProtocolType::NvmeofTcp as i32,
+            target_id: n.subsystem.clone(),
+            managed: n.subsystem == i.own.nqn && recorded(Protocol::NvmeofTcp).is_some(),
+            allowed_hosts,
+            allow_any_host,
+        });
+    }
+    for l in &i.usage.lio {
+        let own = if l.name == i.own.lio_object {
+            recorded(Protocol::Iscsi)
+        } else {
+            None
+        };
+        exports.push(pb::VolumeExport {
+            protocol_type: pb::ProtocolType::Iscsi as i32,
+            target_id: format!("{}/{}", l.backstore, l.name),
+            managed: own.is_some(),
+            allow_any_host: own.as_ref().is_some_and(|r| !r.acl),
+            allowed_hosts: own
+                .map(|r| r.allowed_initiators.into_iter().collect())
+                .unwrap_or_default(),
+        });
+    }
+    let fence = match &i.mark {
+        None => pb::FenceState::default(),
+        Some(m) => {
+            let (lvm_source, preserve_original) = match &m.adopted {
+                Some(AdoptedSource::Lv {
+                    vg,
+                    lv,
+                    vg_uuid,
+                    lv_uuid,
+                    preserve_original,
+                }) => (
+                    Some(lvm_identity(vg, lv, vg_uuid, lv_uuid)),
+                    *preserve_original,
+                ),
+                _ => (None, false),
+            };
+            pb::FenceState {
+                exists: true,
+                ended: m.fence.live.is_none(),
+                volume_uid: m
+                    .fence
+                    .live
+                    .as_ref()
+                    .map(|l| l.volume_uid.clone())
+                    .unwrap_or_default(),
+                generation: m.fence.live.as_ref().map(|l| l.generation).unwrap_or(0),
+                lvm_source,
+                preserve_original,
+                ended_uids: m.fence.ended_uids.iter().cloned().collect(),
+            }
+        }
+    };
+    pb::InspectVolumeResponse {
+        volume_id,
+        lvm: Some(pb::LvmObservation {
+            identity: Some(lvm_identity(
+                lv.vg.as_str(),
+                &lv.name,
+                lv.vg_uuid.as_str(),
+                lv.uuid.as_str(),
+            )),
+            exclusive_claim: match i.usage.exclusive {
+                Exclusive::Free => "free",
+                Exclusive::Busy => "busy",
+                Exclusive::Unknown(_) => "unknown",
+            }
+            .into(),
+            size_bytes: lv.size,
+            segtype: lv.segtype.clone(),
+            lv_attr: lv.attr.raw.clone(),
+            pool_lv: lv.pool_lv.clone().unwrap_or_default(),
+            active: lv.attr.active,
+            device_path,
+            layout_refusal: i.layout_refusal.clone().unwrap_or_default(),
+        }),
+        filesystem_probe_state: filesystem_probe_state.into(),
+        filesystem_type,
+        consumers,
+        exports,
+        fence: Some(fence),
+        observed_at: Some(prost_types::Timestamp::from(SystemTime::now())),
     }
 }
 
@@ -230,6 +406,7 @@ impl AgentService for AgentGrpc {
         request: Request<pb::CreateVolumeRequest>,
     ) -> Reply<pb::CreateVolumeResponse> {
         let r = request.into_inner();
+        let import = import_source(&r)?;
         let options = CreateOptions {
             zfs_properties: r.zfs_properties.into_iter().collect(),
             thin: match pb::LvmProvisioning::try_from(r.lvm_provisioning) {
@@ -245,21 +422,49 @@ impl AgentService for AgentGrpc {
                 }
             },
         };
-        let state = self
-            .agent
-            .create_volume(
-                &r.volume_id,
-                backend_kind(r.backend_type)?,
-                r.capacity_bytes,
-                options,
-                token(r.fence).as_ref(),
-            )
-            .await?;
+        let kind = backend_kind(r.backend_type)?;
+        let state = match import {
+            Some(source) => {
+                self.agent
+                    .import_volume(
+                        &r.volume_id,
+                        kind,
+                        r.capacity_bytes,
+                        source,
+                        token(r.fence).as_ref(),
+                    )
+                    .await?
+            }
+            None => {
+                self.agent
+                    .create_volume(
+                        &r.volume_id,
+                        kind,
+                        r.capacity_bytes,
+                        options,
+                        token(r.fence).as_ref(),
+                    )
+                    .await?
+            }
+        };
         Ok(Response::new(pb::CreateVolumeResponse {
             volume_id: r.volume_id,
             capacity_bytes: state.capacity_bytes,
             device_path: state.device_path.display().to_string(),
         }))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
+    async fn inspect_volume(
+        &self,
+        request: Request<pb::InspectVolumeRequest>,
+    ) -> Reply<pb::InspectVolumeResponse> {
+        let r = request.into_inner();
+        let i = self
+            .agent
+            .inspect_volume(&r.volume_id, backend_kind(r.backend_type)?)
+            .await?;
+        Ok(Response::new(inspection(r.volume_id, i)))
     }
 
     #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]

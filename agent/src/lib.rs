@@ -8,11 +8,13 @@
 //! - [`locks`]: one lock per volume ID;
 //! - [`backend`] and [`export`]: the small traits behind which storage and
 //!   kernel targets live, and the nvmet exporter;
+//! - [`adopt`]: import and adoption refusals and the idle check;
 //! - [`service`]: the operations, independent of gRPC;
 //! - [`grpc`]: the tonic service; [`error`]: the one mapping to status codes;
 //! - [`config`] and [`server`]: configuration, start-up reconciliation,
 //!   periodic resync and serving with mTLS.
 
+pub mod adopt;
 pub mod backend;
 pub mod config;
 pub mod error;

@@ -53,6 +53,57 @@ pub enum BackendRecord {
     },
 }
 
+/// An existing volume the agent adopted instead of creating: the pin a later
+/// import of the same volume ID is checked against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum AdoptedSource {
+    /// An imported zvol (an ordinary volume after the import: a successful
+    /// DeleteVolume destroys it and drops this record).
+    #[serde(rename_all = "camelCase")]
+    Zvol {
+        /// The dataset that was named in the import.
+        dataset: String,
+    },
+    /// An adopted LV, its identity and policy pinned. The pin of a
+    /// PreserveOriginal LV outlives every lifecycle.
+    #[serde(rename_all = "camelCase")]
+    Lv {
+        /// Volume group.
+        vg: String,
+        /// Logical volume.
+        lv: String,
+        /// The VG's UUID.
+        vg_uuid: String,
+        /// The LV's UUID.
+        lv_uuid: String,
+        /// PreserveOriginal (true) or Managed (false).
+        preserve_original: bool,
+    },
+}
+
+impl AdoptedSource {
+    /// Whether the original must be preserved (a PreserveOriginal LV).
+    pub fn preserves(&self) -> bool {
+        matches!(
+            self,
+            AdoptedSource::Lv {
+                preserve_original: true,
+                ..
+            }
+        )
+    }
+}
+
+impl std::fmt::Display for BackendRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendRecord::Zvol { dataset } => write!(f, "zvol {dataset}"),
+            BackendRecord::Lv { vg, lv, .. } => write!(f, "logical volume {vg}/{lv}"),
+        }
+    }
+}
+
 /// Everything the agent records about one volume ID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -67,6 +118,9 @@ pub struct FenceMark {
     pub backend: Option<BackendRecord>,
     /// Exports by protocol name (`nvmeof-tcp`, `iscsi`).
     pub exports: BTreeMap<String, ExportRecord>,
+    /// The adopted source, when the volume was imported rather than created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted: Option<AdoptedSource>,
 }
 
 impl FenceMark {
@@ -78,6 +132,7 @@ impl FenceMark {
             fence: Fence::default(),
             backend: None,
             exports: BTreeMap::new(),
+            adopted: None,
         }
     }
 }

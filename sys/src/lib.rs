@@ -5,6 +5,10 @@
 //!   libzfs_core and libzfs (no `zfs`/`zpool` process).
 //! - [`lvm`]: LVM through liblvm2cmd, in-process, on one worker thread.
 //! - [`udev`]: waiting for a device node that udev creates.
+//! - [`adopt`]: the adoption annotations' values (import-zvol, import-lv,
+//!   import-lv-policy), checked once for the agent and the controller.
+//! - [`blkid`]: a read-only filesystem and partition-table signature probe
+//!   through libblkid.
 //! - [`block`]: a block device's identity, size and partitions, and who uses
 //!   it (mounts, device-mapper holders, an exclusive-open probe, LIO and
 //!   nvmet exports).
@@ -13,6 +17,8 @@
 //! cause) out; no async runtime in the API. `unsafe` code lives only in the
 //! FFI modules, every block with a `SAFETY` comment.
 
+pub mod adopt;
+pub mod blkid;
 pub mod block;
 pub mod lvm;
 pub mod udev;

@@ -1,9 +1,14 @@
 //! Logical volumes in one volume group, through `sys::lvm` (liblvm2cmd on
 //! one worker thread): linear LVs, and thin LVs in the backend's thin pool.
-use super::{Backend, BackendKind, Capacity, CreateOptions, VolumeState};
-use crate::{error::AgentError, marks::BackendRecord, volume::VolumeId};
+use super::{Backend, BackendKind, Capacity, CreateOptions, ImportSource, VolumeState};
+use crate::{
+    adopt::{in_use, refused, usage},
+    error::AgentError,
+    marks::BackendRecord,
+    volume::VolumeId,
+};
 use std::sync::Arc;
-use sys::lvm::{Error as LvmError, LvName, Lvm, LvmUuid, VgName};
+use sys::lvm::{classify, Error as LvmError, LvName, Lvm, LvmUuid, Refusal, VgName};
 
 /// One LVM backend: a volume group and, optionally, its thin pool.
 #[derive(Debug)]
@@ -156,6 +161,115 @@ impl Backend for LvmBackend {
             return Ok(found.size);
         }
         Ok(self.lvm.extend(&vg, &lv, bytes)?.size)
+    }
+
+    fn import(
+        &self,
+        id: &VolumeId,
+        source: &ImportSource,
+        bytes: u64,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        let ImportSource::Lv { identity, .. } = source else {
+            return Err(AgentError::InvalidArgument(format!(
+                "volume {id}: an LVM backend adopts logical volumes only (import_lv), not zvols"
+            )));
+        };
+        let (vg, lv) = (&identity.vg, &identity.lv);
+        if id.pool() != vg.as_str() || id.name() != lv.as_str() {
+            return Err(refused(
+                id,
+                format!("layout: the volume ID must be the adopted LV's \"<vg>/<lv>\", {vg}/{lv}"),
+            ));
+        }
+        let found = match self.lvm.lv(vg, lv) {
+            Ok(found) => found,
+            Err(LvmError::LvNotFound { .. }) => {
+                return Err(refused(
+                    id,
+                    format!("missing: logical volume {vg}/{lv} does not exist"),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if found.vg_uuid != identity.vg_uuid {
+            return Err(refused(
+                id,
+                format!(
+                    "identity: volume group {vg} has UUID {}, not the pinned {}; it is another volume group",
+                    found.vg_uuid, identity.vg_uuid
+                ),
+            ));
+        }
+        if found.uuid != identity.lv_uuid {
+            return Err(refused(
+                id,
+                format!(
+                    "identity: logical volume {vg}/{lv} has UUID {}, not the pinned {}; it was renamed or re-created",
+                    found.uuid, identity.lv_uuid
+                ),
+            ));
+        }
+        match classify(&found, self.thin_pool.as_ref()) {
+            Ok(_) => {}
+            Err(Refusal::NotActive { .. }) => {
+                return Err(refused(
+                    id,
+                    format!(
+                        "inactive: logical volume {vg}/{lv} is not active (lv_attr {}); import never activates it",
+                        found.attr.raw
+                    ),
+                ))
+            }
+            Err(why) => {
+                return Err(refused(
+                    id,
+                    format!("layout: logical volume {vg}/{lv} cannot be adopted: {why}"),
+                ))
+            }
+        }
+        if found.size < bytes {
+            return Err(refused(
+                id,
+                format!(
+                    "too small: logical volume {vg}/{lv} is {} bytes, requested capacity is {bytes} bytes; import never resizes",
+                    found.size
+                ),
+            ));
+        }
+        let state = Self::state(&found);
+        if !state.device_path.exists() {
+            return Err(refused(
+                id,
+                format!(
+                    "missing: block device {} is not present on the storage node",
+                    state.device_path.display()
+                ),
+            ));
+        }
+        if let Some(reason) = in_use(&usage(&state.device_path)?, None, true) {
+            return Err(refused(id, reason));
+        }
+        let record = BackendRecord::Lv {
+            vg: vg.as_str().to_owned(),
+            lv: lv.as_str().to_owned(),
+            lv_uuid: Some(found.uuid.as_str().to_owned()),
+        };
+        Ok((record, state))
+    }
+
+    fn report_lv(&self, at: &BackendRecord) -> Result<Option<sys::lvm::Lv>, AgentError> {
+        let (vg, lv, _) = Self::names(at)?;
+        match self.lvm.lv(&vg, &lv) {
+            Ok(found) => Ok(Some(found)),
+            Err(LvmError::LvNotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn layout_refusal(&self, lv: &sys::lvm::Lv) -> Option<String> {
+        classify(lv, self.thin_pool.as_ref())
+            .err()
+            .map(|r| r.to_string())
     }
 
     fn capacity(&self) -> Result<Capacity, AgentError> {

@@ -40,6 +40,23 @@ pub struct Capacity {
     pub used_bytes: u64,
 }
 
+/// An existing volume to adopt instead of creating one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportSource {
+    /// A zvol, by its full dataset name as the request gave it (checked by the backend).
+    Zvol {
+        /// `<pool>[/<parent>]/<name>` (a snapshot name is refused as the wrong type).
+        dataset: String,
+    },
+    /// An LV, its identity and policy to pin.
+    Lv {
+        /// Names and UUIDs.
+        identity: sys::adopt::LvIdentity,
+        /// PreserveOriginal or Managed.
+        policy: sys::adopt::LvPolicy,
+    },
+}
+
 /// One configured backend. Methods are synchronous; the service runs them
 /// on blocking worker threads, several at once for different volumes.
 pub trait Backend: Send + Sync {
@@ -66,6 +83,35 @@ pub trait Backend: Send + Sync {
     fn expand(&self, at: &BackendRecord, bytes: u64) -> Result<u64, AgentError>;
     /// The backend's capacity.
     fn capacity(&self) -> Result<Capacity, AgentError>;
+    /// Adopts an existing volume for `id` after read-only checks (layout,
+    /// existence, type, size of at least `bytes`, idleness), each refusal a
+    /// FAILED_PRECONDITION with the spec's message. Never creates, resizes,
+    /// formats or changes a property of the volume.
+    fn import(
+        &self,
+        id: &VolumeId,
+        source: &ImportSource,
+        bytes: u64,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        let _ = (source, bytes);
+        Err(AgentError::Unimplemented(format!(
+            "volume {id}: this backend cannot import existing volumes"
+        )))
+    }
+    /// The LVM report of the LV at `at`, without checking a pinned UUID;
+    /// `None` when it does not exist. LVM backends only.
+    fn report_lv(&self, at: &BackendRecord) -> Result<Option<sys::lvm::Lv>, AgentError> {
+        let _ = at;
+        Err(AgentError::Unimplemented(
+            "InspectVolume supports BACKEND_TYPE_LVM only".into(),
+        ))
+    }
+    /// Why the LV may not be adopted by this backend (its layout), `None`
+    /// when it may. LVM backends only.
+    fn layout_refusal(&self, lv: &sys::lvm::Lv) -> Option<String> {
+        let _ = lv;
+        None
+    }
 }
 
 mod lvm;

@@ -1,8 +1,13 @@
 //! zvols under `pool[/parentDataset]`, through `sys::zfs` (libzfs_core and libzfs).
-use super::{Backend, BackendKind, Capacity, CreateOptions, VolumeState};
-use crate::{error::AgentError, marks::BackendRecord, volume::VolumeId};
+use super::{Backend, BackendKind, Capacity, CreateOptions, ImportSource, VolumeState};
+use crate::{
+    adopt::{in_use, refused, usage},
+    error::AgentError,
+    marks::BackendRecord,
+    volume::VolumeId,
+};
 use std::{sync::Arc, time::Duration};
-use sys::zfs::{DatasetName, Provisioning, Zfs, ZvolSpec};
+use sys::zfs::{DatasetName, DatasetType, Provisioning, SnapshotName, Zfs, ZvolSpec};
 
 /// How long a new zvol's device node may take to appear.
 const DEVICE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -160,6 +165,109 @@ impl Backend for ZfsBackend {
             .unwrap_or(DEFAULT_VOLBLOCKSIZE);
         self.zfs.set_volsize(&name, round_up(bytes, block))?;
         Ok(self.zfs.volsize(&name)?)
+    }
+
+    fn import(
+        &self,
+        id: &VolumeId,
+        source: &ImportSource,
+        bytes: u64,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        let ImportSource::Zvol { dataset: raw } = source else {
+            return Err(AgentError::InvalidArgument(format!(
+                "volume {id}: a ZFS backend imports zvols only (import_zvol), not logical volumes"
+            )));
+        };
+        // A snapshot name is checked for layout by its dataset, then refused
+        // as the wrong type; anything else must be a dataset name.
+        let snapshot = if raw.contains('@') {
+            Some(SnapshotName::new(raw).map_err(|e| {
+                AgentError::InvalidArgument(format!("volume {id}: import_zvol: {e}"))
+            })?)
+        } else {
+            None
+        };
+        let named = match &snapshot {
+            Some(s) => s.dataset(),
+            None => sys::adopt::parse_import_zvol(raw)
+                .map_err(|e| AgentError::InvalidArgument(format!("volume {id}: {e}")))?,
+        };
+        let resolved = Self::dataset(&self.locate(id)?)?;
+        if named.pool() == self.pool && named.parent().as_ref() != Some(&self.parent) {
+            let requested = named.parent().map(|p| p.to_string()).unwrap_or_default();
+            return Err(AgentError::FailedPrecondition(format!(
+                "volume {id}: requested ZFS parent dataset {requested} does not match the agent backend's configured ZFS parent dataset {}",
+                self.parent
+            )));
+        }
+        if named != resolved {
+            return Err(refused(
+                id,
+                format!("layout: expected dataset {named} does not match the resolved dataset {resolved}"),
+            ));
+        }
+        if let Some(snap) = &snapshot {
+            if !self.zfs.exists(snap.as_str()) {
+                return Err(refused(
+                    id,
+                    format!("missing: dataset {raw} does not exist"),
+                ));
+            }
+            return Err(refused(
+                id,
+                format!(
+                    "wrong type: dataset {raw} has type {}, only ZFS volumes (zvols) can be imported",
+                    DatasetType::Snapshot
+                ),
+            ));
+        }
+        if !self.zfs.exists(named.as_str()) {
+            return Err(refused(
+                id,
+                format!("missing: dataset {named} does not exist"),
+            ));
+        }
+        let info = self.zfs.get(&named)?;
+        if info.kind != DatasetType::Volume {
+            return Err(refused(
+                id,
+                format!(
+                    "wrong type: dataset {named} has type {}, only ZFS volumes (zvols) can be imported",
+                    info.kind
+                ),
+            ));
+        }
+        let device = Zfs::device_path(&named);
+        if !device.exists() {
+            return Err(refused(
+                id,
+                format!(
+                    "missing: block device {} is not present on the storage node",
+                    device.display()
+                ),
+            ));
+        }
+        let volsize = info.volsize.ok_or_else(|| {
+            AgentError::Internal(format!("zvol {named}: libzfs reported no volsize"))
+        })?;
+        if volsize < bytes {
+            return Err(refused(
+                id,
+                format!("too small: dataset {named} is {volsize} bytes, requested capacity is {bytes} bytes; import never resizes"),
+            ));
+        }
+        if let Some(reason) = in_use(&usage(&device)?, None, true) {
+            return Err(refused(id, reason));
+        }
+        Ok((
+            BackendRecord::Zvol {
+                dataset: named.to_string(),
+            },
+            VolumeState {
+                capacity_bytes: volsize,
+                device_path: device,
+            },
+        ))
     }
 
     fn capacity(&self) -> Result<Capacity, AgentError> {

@@ -6,12 +6,13 @@
 //! fencing token (a refusal changes nothing), do the work on a blocking
 //! thread, then write the mark. Work that fails leaves the mark as it was.
 use crate::{
-    backend::{Backend, BackendKind, Capacity, CreateOptions, VolumeState},
+    adopt::{in_use, usage, OwnExports},
+    backend::{Backend, BackendKind, Capacity, CreateOptions, ImportSource, VolumeState},
     error::AgentError,
     export::{ExportInfo, Exporter, Protocol},
     fence::{Admission, Call, Token},
     locks::VolumeLocks,
-    marks::{BackendRecord, ExportRecord, FenceMark, MarkStore},
+    marks::{AdoptedSource, BackendRecord, ExportRecord, FenceMark, MarkStore},
     volume::{truncate, VolumeId},
 };
 use std::{collections::BTreeMap, sync::Arc};
@@ -53,6 +54,110 @@ fn recorded(id: &VolumeId, mark: &FenceMark) -> Result<BackendRecord, AgentError
             "volume {id} was not created by this agent (it has no record of it); create it first"
         ))
     })
+}
+
+/// What InspectVolume observed.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    /// The LVM report of the LV.
+    pub lv: sys::lvm::Lv,
+    /// Why this backend would not adopt it, if it would not.
+    pub layout_refusal: Option<String>,
+    /// Who uses the device.
+    pub usage: sys::block::Usage,
+    /// The signature probe.
+    pub probe: sys::blkid::Probe,
+    /// The agent's mark, if any.
+    pub mark: Option<FenceMark>,
+    /// The names of the agent's own exports of this volume.
+    pub own: OwnExports,
+    /// For each nvmet subsystem exporting the LV: allow_any_host and its allowed hosts.
+    pub nvmet_allowed: BTreeMap<String, (bool, Vec<String>)>,
+}
+
+/// The configfs folder of nvmet subsystems.
+const NVMET_SUBSYSTEMS: &str = "/sys/kernel/config/nvmet/subsystems";
+
+/// `attr_allow_any_host` and the `allowed_hosts` of one nvmet subsystem, as
+/// configfs shows them (unreadable entries read as none).
+fn nvmet_allowed(nqn: &str) -> (bool, Vec<String>) {
+    let dir = std::path::Path::new(NVMET_SUBSYSTEMS).join(nqn);
+    let any = std::fs::read_to_string(dir.join("attr_allow_any_host"))
+        .map(|s| s.trim() == "1")
+        .unwrap_or(false);
+    let mut hosts: Vec<String> = std::fs::read_dir(dir.join("allowed_hosts"))
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    hosts.sort();
+    (any, hosts)
+}
+
+/// `vg/lv (UUIDs, policy)` or the zvol's dataset, for messages.
+fn describe(pin: &AdoptedSource) -> String {
+    match pin {
+        AdoptedSource::Zvol { dataset } => format!("zvol {dataset}"),
+        AdoptedSource::Lv {
+            vg,
+            lv,
+            vg_uuid,
+            lv_uuid,
+            preserve_original,
+        } => format!(
+            "{vg}/{lv}:{vg_uuid}:{lv_uuid} ({})",
+            if *preserve_original {
+                "PreserveOriginal"
+            } else {
+                "Managed"
+            }
+        ),
+    }
+}
+
+/// The backend record of a pinned source.
+fn pinned_record(pin: &AdoptedSource) -> BackendRecord {
+    match pin {
+        AdoptedSource::Zvol { dataset } => BackendRecord::Zvol {
+            dataset: dataset.clone(),
+        },
+        AdoptedSource::Lv {
+            vg, lv, lv_uuid, ..
+        } => BackendRecord::Lv {
+            vg: vg.clone(),
+            lv: lv.clone(),
+            lv_uuid: Some(lv_uuid.clone()),
+        },
+    }
+}
+
+/// Why the reported LV is not the pinned one, if it is not.
+fn identity_mismatch(pin: &AdoptedSource, lv: &sys::lvm::Lv) -> Option<String> {
+    let AdoptedSource::Lv {
+        vg,
+        lv: name,
+        vg_uuid,
+        lv_uuid,
+        ..
+    } = pin
+    else {
+        return None;
+    };
+    if lv.vg_uuid.as_str() != vg_uuid {
+        return Some(format!(
+            "identity: volume group {vg} has UUID {}, not the pinned {vg_uuid}; it is another volume group",
+            lv.vg_uuid
+        ));
+    }
+    if lv.uuid.as_str() != lv_uuid {
+        return Some(format!(
+            "identity: logical volume {vg}/{name} has UUID {}, not the pinned {lv_uuid}; it was renamed or re-created",
+            lv.uuid
+        ));
+    }
+    None
 }
 
 impl Agent {
@@ -186,7 +291,33 @@ impl Agent {
         let backend = self.backend(&id, kind)?;
         let at = backend.locate(&id)?;
         let (_guard, mut mark, _) = self.admit(&id, token, Call::Other).await?;
-        let target = mark.backend.clone().unwrap_or(at);
+        if let Some(pin) = mark.adopted.as_ref().filter(|p| p.preserves()) {
+            return Err(AgentError::FailedPrecondition(format!(
+                "volume {id} is an adopted logical volume pinned as {}; a CreateVolume without that import_lv cannot use it",
+                describe(pin)
+            )));
+        }
+        let target = match mark.backend.clone() {
+            Some(recorded) => recorded,
+            None => {
+                // A volume already there that this agent did not create is
+                // not taken over by a create: that is what import is for.
+                let (b, probe) = (backend.clone(), at.clone());
+                if tokio::task::spawn_blocking(move || b.lookup(&probe))
+                    .await??
+                    .is_some()
+                {
+                    return Err(AgentError::AlreadyExists(format!(
+                        "volume {id}: {at} already exists and was not created by this agent; import it instead"
+                    )));
+                }
+                // Record the intent first, so a crash between the create
+                // and the mark leaves a volume this agent knows it made.
+                mark.backend = Some(at.clone());
+                self.save(mark.clone()).await?;
+                at
+            }
+        };
         let b = backend.clone();
         let (record, state) =
             tokio::task::spawn_blocking(move || b.create(&target, bytes, &options)).await??;
@@ -212,6 +343,17 @@ impl Agent {
             return Ok(());
         }
         self.unexport_all(&id, &mark).await?;
+        if mark.adopted.as_ref().is_some_and(AdoptedSource::preserves) {
+            // PreserveOriginal: the LV stays; only our records change. The
+            // pin survives the lifecycle.
+            let mut ended = mark.clone();
+            ended.fence = mark.fence.end(token.cloned());
+            ended.exports.clear();
+            ended.backend = None;
+            self.save(ended).await?;
+            info!(volume = %id, "lifecycle of a preserved volume ended; the logical volume stays");
+            return Ok(());
+        }
         let Some(record) = mark.backend.clone() else {
             // Nothing was created under this ID by this agent: whatever
             // exists there is not ours. End the lifecycle, touch nothing.
@@ -233,6 +375,8 @@ impl Agent {
         ended.fence = mark.fence.end(token.cloned());
         ended.exports.clear();
         ended.backend = None;
+        // The adopted volume is destroyed: its pin protects nothing any more.
+        ended.adopted = None;
         self.save(ended).await?;
         info!(volume = %id, "volume deleted");
         Ok(())
@@ -255,6 +399,12 @@ impl Agent {
         let backend = self.backend(&id, kind)?;
         backend.locate(&id)?;
         let (_guard, mark, _) = self.admit(&id, token, Call::Other).await?;
+        if let Some(pin) = mark.adopted.as_ref().filter(|p| p.preserves()) {
+            return Err(AgentError::FailedPrecondition(format!(
+                "cannot expand volume {id}: it is the adopted logical volume {} kept PreserveOriginal, which is never resized; copy the data into a larger volume instead",
+                describe(pin)
+            )));
+        }
         let record = recorded(&id, &mark)?;
         let b = backend.clone();
         let size = tokio::task::spawn_blocking(move || b.expand(&record, bytes)).await??;
@@ -431,13 +581,222 @@ impl Agent {
         token: Option<&Token>,
     ) -> Result<(), AgentError> {
         let id = VolumeId::parse(id)?;
-        self.backend(&id, kind)?;
+        let backend = self.backend(&id, kind)?;
         let (_guard, mark, _) = self.admit(&id, token, Call::Other).await?;
-        self.unexport_all(&id, &mark).await?;
+        if let Some(pin) = mark.adopted.clone().filter(AdoptedSource::preserves) {
+            self.verify_preserved_idle(&id, &backend, &pin, &mark)
+                .await?;
+        } else {
+            self.unexport_all(&id, &mark).await?;
+        }
         let mut ended = mark.clone();
         ended.fence = mark.fence.end(None);
         ended.exports.clear();
         self.save(ended).await
+    }
+
+    /// ReleaseVolume of a PreserveOriginal LV: checks the pinned identity and
+    /// that nothing but the agent's own export uses the LV, removes the
+    /// export, then proves the LV free with the exclusive-open probe. Any
+    /// failure restores the exports and refuses: nothing changes.
+    async fn verify_preserved_idle(
+        &self,
+        id: &VolumeId,
+        backend: &Arc<dyn Backend>,
+        pin: &AdoptedSource,
+        mark: &FenceMark,
+    ) -> Result<(), AgentError> {
+        let refuse = |why: String| {
+            AgentError::FailedPrecondition(format!("release of volume {id} refused: {why}"))
+        };
+        let record = pinned_record(pin);
+        let b = backend.clone();
+        let r = record.clone();
+        let lv = tokio::task::spawn_blocking(move || b.report_lv(&r))
+            .await??
+            .ok_or_else(|| {
+                refuse(format!(
+                    "missing: logical volume {} does not exist",
+                    describe(pin)
+                ))
+            })?;
+        if let Some(why) = identity_mismatch(pin, &lv) {
+            return Err(refuse(why));
+        }
+        let device = lv
+            .path
+            .clone()
+            .unwrap_or_else(|| format!("/dev/{}/{}", lv.vg.as_str(), lv.name).into());
+        let own = OwnExports::of(id);
+        let dev = device.clone();
+        let first = tokio::task::spawn_blocking(move || usage(&dev)).await??;
+        if let Some(why) = in_use(&first, Some(&own), false) {
+            return Err(refuse(why));
+        }
+        self.unexport_all(id, mark).await?;
+        let dev = device.clone();
+        let after = tokio::task::spawn_blocking(move || usage(&dev)).await??;
+        if let Some(why) = in_use(&after, None, true) {
+            if let Err(restore) = self.export_all(id, &record, mark).await {
+                warn!(volume = %id, error = %restore, "could not restore exports after a refused release");
+            }
+            return Err(refuse(why));
+        }
+        Ok(())
+    }
+
+    /// CreateVolume with an import source: adopts the existing zvol or LV
+    /// after read-only checks and pins it in the mark. A retry of the same
+    /// import under the live lifecycle returns the volume without probing
+    /// again (it may be exported by then). A refusal changes nothing.
+    pub async fn import_volume(
+        &self,
+        id: &str,
+        kind: Option<BackendKind>,
+        bytes: u64,
+        source: ImportSource,
+        token: Option<&Token>,
+    ) -> Result<VolumeState, AgentError> {
+        let id = VolumeId::parse(id)?;
+        if bytes == 0 {
+            return Err(AgentError::InvalidArgument(format!(
+                "volume {id}: capacity_bytes must be greater than 0"
+            )));
+        }
+        let backend = self.backend(&id, kind)?;
+        let wanted = match &source {
+            ImportSource::Zvol { dataset } => AdoptedSource::Zvol {
+                dataset: dataset.clone(),
+            },
+            ImportSource::Lv { identity, policy } => AdoptedSource::Lv {
+                vg: identity.vg.as_str().to_owned(),
+                lv: identity.lv.as_str().to_owned(),
+                vg_uuid: identity.vg_uuid.as_str().to_owned(),
+                lv_uuid: identity.lv_uuid.as_str().to_owned(),
+                preserve_original: policy.preserves(),
+            },
+        };
+        let (_guard, mut mark, admission) = self.admit(&id, token, Call::Other).await?;
+        let continues = admission == Admission::Continues;
+        let refused = |why: String| crate::adopt::refused(&id, why);
+        match &mark.adopted {
+            Some(pin) if pin == &wanted => {
+                if let (true, Some(record)) = (continues, mark.backend.clone()) {
+                    let b = backend.clone();
+                    let state = tokio::task::spawn_blocking(move || b.lookup(&record))
+                        .await??
+                        .ok_or_else(|| {
+                            refused(format!(
+                                "missing: the adopted volume {} no longer exists",
+                                describe(pin)
+                            ))
+                        })?;
+                    if state.capacity_bytes < bytes {
+                        return Err(refused(format!(
+                            "too small: the adopted volume is {} bytes, requested capacity is {bytes} bytes; import never resizes",
+                            state.capacity_bytes
+                        )));
+                    }
+                    return Ok(state);
+                }
+            }
+            Some(pin @ AdoptedSource::Zvol { .. }) => {
+                return Err(refused(format!(
+                    "already imported from {}; the import source cannot be changed",
+                    describe(pin)
+                )))
+            }
+            Some(pin @ AdoptedSource::Lv { .. }) => {
+                let same_lv = matches!((pin, &wanted),
+                    (AdoptedSource::Lv { vg, lv, vg_uuid, lv_uuid, .. },
+                     AdoptedSource::Lv { vg: v2, lv: l2, vg_uuid: vu2, lv_uuid: lu2, .. })
+                    if vg == v2 && lv == l2 && vg_uuid == vu2 && lv_uuid == lu2);
+                let upgrade = same_lv && !continues && wanted.preserves();
+                if !upgrade {
+                    return Err(refused(format!(
+                        "pinned: volume {id} is pinned to {}; a later import cannot name another LV or other UUIDs, change the policy of a lifecycle, or turn PreserveOriginal into Managed",
+                        describe(pin)
+                    )));
+                }
+            }
+            None => {
+                if continues && mark.backend.is_some() {
+                    return Err(refused(
+                        "it was already provisioned without an import; delete it and import again"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        let b = backend.clone();
+        let vid = id.clone();
+        let (record, state) =
+            tokio::task::spawn_blocking(move || b.import(&vid, &source, bytes)).await??;
+        mark.backend = Some(record);
+        mark.adopted = Some(wanted);
+        self.save(mark).await?;
+        info!(volume = %id, bytes = state.capacity_bytes, "existing volume adopted");
+        Ok(state)
+    }
+
+    /// InspectVolume: what the storage node observes about an LV and the
+    /// agent's record of it. Read-only; takes no token.
+    pub async fn inspect_volume(
+        &self,
+        id: &str,
+        kind: Option<BackendKind>,
+    ) -> Result<Inspection, AgentError> {
+        let id = VolumeId::parse(id)?;
+        if kind == Some(BackendKind::Zvol) {
+            return Err(AgentError::Unimplemented(
+                "InspectVolume supports BACKEND_TYPE_LVM only".into(),
+            ));
+        }
+        let backend = self.backend(&id, kind)?;
+        if backend.kind() != BackendKind::Lvm {
+            return Err(AgentError::Unimplemented(
+                "InspectVolume supports BACKEND_TYPE_LVM only".into(),
+            ));
+        }
+        let at = backend.locate(&id)?;
+        let _guard = self.locks.lock(id.as_str()).await;
+        let marks = self.marks.clone();
+        let key = id.as_str().to_owned();
+        let mark = tokio::task::spawn_blocking(move || marks.load(&key)).await??;
+        let b = backend.clone();
+        let lv = tokio::task::spawn_blocking(move || b.report_lv(&at))
+            .await??
+            .ok_or_else(|| {
+                AgentError::FailedPrecondition(format!(
+                    "volume {id}: logical volume {id} is missing"
+                ))
+            })?;
+        let layout_refusal = backend.layout_refusal(&lv);
+        let device = lv
+            .path
+            .clone()
+            .unwrap_or_else(|| format!("/dev/{}/{}", lv.vg.as_str(), lv.name).into());
+        let own = OwnExports::of(&id);
+        let (usage, probe, allowed) = tokio::task::spawn_blocking(move || {
+            let u = usage(&device)?;
+            let p = sys::blkid::probe(&device);
+            let allowed: BTreeMap<String, (bool, Vec<String>)> = u
+                .nvmet
+                .iter()
+                .map(|n| (n.subsystem.clone(), nvmet_allowed(&n.subsystem)))
+                .collect();
+            Ok::<_, AgentError>((u, p, allowed))
+        })
+        .await??;
+        Ok(Inspection {
+            lv,
+            layout_refusal,
+            usage,
+            probe,
+            mark,
+            own,
+            nvmet_allowed: allowed,
+        })
     }
 
     /// Re-creates every recorded export of live lifecycles (after a restart,

@@ -1,0 +1,785 @@
+//! Adoption in the kernel lab: zvol import, LV adoption under both policies,
+//! every agent-side refusal produced by its real cause, and InspectVolume
+//! compared with what the kernel shows. The agent runs in-process over the
+//! real backends (libzfs, liblvm2cmd) and kernel targets (nvmet, LIO).
+//!
+//! Run with `tests/lab/run tests -- adopt_`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use pillar_csi_agent::{
+    backend::{Backend, ImportSource, LvmBackend, VolumeState, ZfsBackend},
+    config::Listener,
+    error::AgentError,
+    export::{Exporter, LioExporter, NvmetExporter, Protocol},
+    fence::Token,
+    marks::{ExportRecord, MarkStore},
+    service::Agent,
+};
+use pillar_csi_lab::{cmd::run, env::Lab, nvme::Connection};
+use std::{
+    fs,
+    net::IpAddr,
+    os::unix::fs::OpenOptionsExt,
+    path::{Path, PathBuf},
+    sync::{Arc, OnceLock},
+};
+use sys::adopt::{LvIdentity, LvPolicy};
+
+type R = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+const HOST_NQN: &str = "nqn.2026-01.com.bhyoo.pillar-csi.lab:adopt-host";
+
+fn sh(script: &str) -> String {
+    run("sh", &["-c", script]).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn zfs() -> Arc<sys::zfs::Zfs> {
+    static Z: OnceLock<Arc<sys::zfs::Zfs>> = OnceLock::new();
+    Z.get_or_init(|| Arc::new(sys::zfs::Zfs::open().expect("libzfs")))
+        .clone()
+}
+
+fn lvm() -> Arc<sys::lvm::Lvm> {
+    static L: OnceLock<Arc<sys::lvm::Lvm>> = OnceLock::new();
+    L.get_or_init(|| sys::lvm::Lvm::start_shared().expect("liblvm2cmd"))
+        .clone()
+}
+
+struct Fixture {
+    agent: Agent,
+    state: tempfile::TempDir,
+}
+
+fn agent(backends: Vec<Arc<dyn Backend>>) -> Fixture {
+    let state = tempfile::tempdir().unwrap();
+    let local = IpAddr::from([127, 0, 0, 1]);
+    let exporters: Vec<Arc<dyn Exporter>> = vec![
+        Arc::new(NvmetExporter::new(
+            nvmet::Nvmet::open().unwrap(),
+            Listener {
+                address: local,
+                port: 4420,
+            },
+            nvmet::PortId(31),
+        )),
+        Arc::new(LioExporter::new(
+            lio::Lio::open().unwrap(),
+            Listener {
+                address: local,
+                port: 3260,
+            },
+        )),
+    ];
+    let marks = MarkStore::open(state.path().join("agent")).unwrap();
+    Fixture {
+        agent: Agent::new(backends, exporters, marks),
+        state,
+    }
+}
+
+fn zfs_agent(lab: &Lab, parent: &str) -> Fixture {
+    let b = ZfsBackend::new(zfs(), &lab.pool, Some(parent)).unwrap();
+    agent(vec![Arc::new(b)])
+}
+
+fn lvm_agent(lab: &Lab, thin: bool) -> Fixture {
+    let pool = thin.then_some(lab.thin_pool.as_str());
+    let b = LvmBackend::new(lvm(), &lab.vg, pool).unwrap();
+    agent(vec![Arc::new(b)])
+}
+
+fn token(uid: &str, generation: u64) -> Token {
+    Token {
+        volume_uid: uid.into(),
+        generation,
+    }
+}
+
+async fn import_zvol(
+    f: &Fixture,
+    id: &str,
+    dataset: &str,
+    bytes: u64,
+    uid: &str,
+) -> Result<VolumeState, AgentError> {
+    f.agent
+        .import_volume(
+            id,
+            None,
+            bytes,
+            ImportSource::Zvol {
+                dataset: dataset.into(),
+            },
+            Some(&token(uid, 1)),
+        )
+        .await
+}
+
+fn refusal(r: Result<VolumeState, AgentError>) -> String {
+    match r {
+        Ok(v) => panic!("expected a refusal, the import succeeded: {v:?}"),
+        Err(e) => {
+            assert!(
+                matches!(e, AgentError::FailedPrecondition(_)),
+                "refusals are FAILED_PRECONDITION: {e:?}"
+            );
+            e.to_string()
+        }
+    }
+}
+
+fn settle() {
+    let _ = run("udevadm", &["settle"]);
+}
+
+fn mkdir_tmp() -> PathBuf {
+    let d = tempfile::Builder::new()
+        .prefix("adopt-mnt")
+        .tempdir()
+        .unwrap()
+        .keep();
+    d
+}
+
+// ---------------------------------------------------------------- zvols
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the kernel lab"]
+async fn adopt_zvol_with_ext4_and_old_driver_properties_serves_its_data() -> R {
+    let lab = Lab::get();
+    let parent = lab.unique("adoptz");
+    let p = format!("{}/{parent}", lab.pool);
+    let ds = format!("{p}/pvc-legacy");
+    sh(&format!("zfs create {p} && zfs create -V 64M {ds} && zfs set democratic-csi:managed_resource=true democratic-csi:volume_context_provisioner_identity=old {ds}"));
+    settle();
+    let dev = format!("/dev/zvol/{ds}");
+    let mnt = mkdir_tmp();
+    let m = mnt.display();
+    sh(&format!("mkfs.ext4 -q {dev} && mount {dev} {m} && printf 'data of the old driver\\n' > {m}/hello.txt && umount {m}"));
+    let props = |ds: &str| {
+        sh(&format!(
+            "zfs get -Hp -o property,value volsize,volmode,democratic-csi:managed_resource,democratic-csi:volume_context_provisioner_identity {ds}"
+        ))
+    };
+    let before = props(&ds);
+
+    let f = zfs_agent(&lab, &parent);
+    let id = format!("{}/pvc-legacy", lab.pool);
+    let state = import_zvol(&f, &id, &ds, 32 << 20, "uid-z1").await?;
+    assert_eq!(
+        state.capacity_bytes,
+        64 << 20,
+        "the PV gets the zvol's size"
+    );
+    // A retry of the same import under the same lifecycle returns the volume.
+    assert_eq!(import_zvol(&f, &id, &ds, 32 << 20, "uid-z1").await?, state);
+
+    let rec = ExportRecord {
+        acl: true,
+        allowed_initiators: [HOST_NQN.to_owned()].into(),
+    };
+    let info = f
+        .agent
+        .export_volume(
+            &id,
+            None,
+            Protocol::NvmeofTcp,
+            rec,
+            Some(&token("uid-z1", 1)),
+        )
+        .await?;
+    {
+        let conn = Connection::tcp("127.0.0.1", 4420, &info.target_id, HOST_NQN)?;
+        let remote = conn.namespace_device(1)?;
+        let rmnt = mkdir_tmp();
+        sh(&format!("mount {} {}", remote.display(), rmnt.display()));
+        let text = fs::read_to_string(rmnt.join("hello.txt"));
+        sh(&format!("umount {}", rmnt.display()));
+        assert_eq!(text?, "data of the old driver\n");
+    }
+    assert_eq!(
+        props(&ds),
+        before,
+        "volsize and user properties are untouched"
+    );
+
+    f.agent
+        .delete_volume(&id, None, Some(&token("uid-z1", 1)))
+        .await?;
+    assert!(
+        run("zfs", &["list", &ds]).is_err(),
+        "an imported zvol is ordinary: DeleteVolume destroys it"
+    );
+    sh(&format!("zfs destroy -r {p}"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the kernel lab"]
+async fn adopt_zvol_refusals_come_from_their_real_causes() -> R {
+    let lab = Lab::get();
+    let parent = lab.unique("adoptr");
+    let pool = &lab.pool;
+    let p = format!("{pool}/{parent}");
+    let v = format!("{p}/v1");
+    sh(&format!(
+        "zfs create {p} && zfs create -V 16M {v} && zfs create {p}/fs1 && zfs snapshot {v}@s && zfs create -V 16M -o volmode=none {p}/nodev"
+    ));
+    settle();
+    let dev = format!("/dev/zvol/{v}");
+    let f = zfs_agent(&lab, &parent);
+    let id = format!("{pool}/v1");
+    let refused = |vid: &str, why: String| format!("import of volume {vid} refused: {why}");
+
+    // missing
+    assert_eq!(
+        refusal(
+            import_zvol(
+                &f,
+                &format!("{pool}/nope"),
+                &format!("{p}/nope"),
+                1 << 20,
+                "u"
+            )
+            .await
+        ),
+        refused(
+            &format!("{pool}/nope"),
+            format!("missing: dataset {p}/nope does not exist")
+        )
+    );
+    // a filesystem dataset
+    assert_eq!(
+        refusal(import_zvol(&f, &format!("{pool}/fs1"), &format!("{p}/fs1"), 1 << 20, "u").await),
+        refused(&format!("{pool}/fs1"), format!("wrong type: dataset {p}/fs1 has type filesystem, only ZFS volumes (zvols) can be imported"))
+    );
+    // a snapshot
+    assert_eq!(
+        refusal(import_zvol(&f, &id, &format!("{v}@s"), 1 << 20, "u").await),
+        refused(&id, format!("wrong type: dataset {v}@s has type snapshot, only ZFS volumes (zvols) can be imported"))
+    );
+    // volmode=none: no block device
+    assert_eq!(
+        refusal(
+            import_zvol(
+                &f,
+                &format!("{pool}/nodev"),
+                &format!("{p}/nodev"),
+                1 << 20,
+                "u"
+            )
+            .await
+        ),
+        refused(
+            &format!("{pool}/nodev"),
+            format!("missing: block device /dev/zvol/{p}/nodev is not present on the storage node")
+        )
+    );
+    // bigger than volsize
+    assert_eq!(
+        refusal(import_zvol(&f, &id, &v, 32 << 20, "u").await),
+        refused(&id, format!("too small: dataset {v} is {} bytes, requested capacity is {} bytes; import never resizes", 16u64 << 20, 32u64 << 20))
+    );
+    // parent dataset mismatch: a sibling, a deeper zvol, a pool-root zvol
+    for (named, parent_named) in [
+        (
+            format!("{pool}/{parent}-other/v1"),
+            format!("{pool}/{parent}-other"),
+        ),
+        (format!("{p}/a/v1"), format!("{p}/a")),
+        (format!("{pool}/v1"), pool.clone()),
+    ] {
+        let e = import_zvol(&f, &id, &named, 1 << 20, "u")
+            .await
+            .unwrap_err();
+        assert!(matches!(e, AgentError::FailedPrecondition(_)));
+        assert_eq!(
+            e.to_string(),
+            format!("volume {id}: requested ZFS parent dataset {parent_named} does not match the agent backend's configured ZFS parent dataset {p}")
+        );
+    }
+    // layout: the volume ID resolves to another dataset than the one named
+    assert_eq!(
+        refusal(import_zvol(&f, &format!("{pool}/v2"), &v, 1 << 20, "u").await),
+        refused(
+            &format!("{pool}/v2"),
+            format!("layout: expected dataset {v} does not match the resolved dataset {p}/v2")
+        )
+    );
+
+    // mounted
+    let mnt = mkdir_tmp();
+    sh(&format!(
+        "mkfs.ext4 -q {dev} && mount {dev} {}",
+        mnt.display()
+    ));
+    let r = import_zvol(&f, &id, &v, 1 << 20, "u").await;
+    sh(&format!("umount {}", mnt.display()));
+    assert_eq!(
+        refusal(r),
+        refused(
+            &id,
+            format!(
+                "in use: device {dev} is mounted at {}; unmount it first",
+                mnt.display()
+            )
+        )
+    );
+
+    // a LIO backstore left by an old driver
+    let core = format!(
+        "/sys/kernel/config/target/core/iblock_71/old-{}",
+        std::process::id()
+    );
+    sh(&format!(
+        "mkdir -p {core} && echo udev_path={dev} > {core}/control && printf %s {dev} > {core}/udev_path && echo 1 > {core}/enable"
+    ));
+    let r = import_zvol(&f, &id, &v, 1 << 20, "u").await;
+    sh(&format!(
+        "rmdir {core} && rmdir /sys/kernel/config/target/core/iblock_71"
+    ));
+    assert_eq!(
+        refusal(r),
+        refused(&id, format!("in use: LIO backstore iblock_71/old-{} still points at {dev}; remove the old driver's export (targetcli delete) first", std::process::id()))
+    );
+
+    // an nvmet namespace left by an old driver
+    let nqn = format!("nqn.2014-08.org.example:old-{}", std::process::id());
+    let sub = format!("/sys/kernel/config/nvmet/subsystems/{nqn}");
+    sh(&format!(
+        "mkdir {sub} && mkdir {sub}/namespaces/1 && printf %s {dev} > {sub}/namespaces/1/device_path && echo 1 > {sub}/namespaces/1/enable"
+    ));
+    let r = import_zvol(&f, &id, &v, 1 << 20, "u").await;
+    sh(&format!(
+        "echo 0 > {sub}/namespaces/1/enable && rmdir {sub}/namespaces/1 && rmdir {sub}"
+    ));
+    assert_eq!(
+        refusal(r),
+        refused(&id, format!("in use: nvmet subsystem {nqn} namespace 1 still exports {dev}; remove the export first"))
+    );
+
+    // a device-mapper device stacked on it
+    let dm = format!("adopt-old-{}", std::process::id());
+    sh(&format!(
+        "dmsetup create {dm} --table '0 32768 linear {dev} 0'"
+    ));
+    let r = import_zvol(&f, &id, &v, 1 << 20, "u").await;
+    sh(&format!("dmsetup remove {dm}"));
+    assert_eq!(
+        refusal(r),
+        refused(&id, format!("in use: device {dev} has device-mapper holders in sysfs; release the holding device first"))
+    );
+
+    // held exclusively by another opener
+    let held = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_o_excl())
+        .open(&dev)?;
+    let r = import_zvol(&f, &id, &v, 1 << 20, "u").await;
+    drop(held);
+    assert_eq!(
+        refusal(r),
+        refused(&id, format!("in use: device {dev} is held exclusively on the storage node (mounted, exported, or opened by another consumer)"))
+    );
+
+    // Nothing was recorded by any refusal; once free the import succeeds.
+    assert!(f.agent.marks().volume_ids()?.is_empty());
+    import_zvol(&f, &id, &v, 1 << 20, "u").await?;
+    let vs = sh(&format!("zfs get -Hp -o value volsize {v}"));
+    assert_eq!(vs.trim(), (16u64 << 20).to_string());
+    // A later import naming another zvol under the same lifecycle is refused.
+    sh(&format!("zfs create -V 16M {p}/v3"));
+    assert_eq!(
+        refusal(import_zvol(&f, &id, &format!("{p}/v3"), 1 << 20, "u").await),
+        refused(
+            &id,
+            format!("already imported from zvol {v}; the import source cannot be changed")
+        )
+    );
+    f.agent
+        .release_volume(&id, None, Some(&token("u", 1)))
+        .await?;
+    sh(&format!("zfs destroy -r {p}"));
+    drop(f.state);
+    Ok(())
+}
+
+/// `O_EXCL` as the kernel defines it on x86-64 and arm64.
+fn libc_o_excl() -> i32 {
+    0o200
+}
+
+// ---------------------------------------------------------------- LVs
+
+fn lv_identity(vg: &str, lv: &str) -> LvIdentity {
+    let out = sh(&format!(
+        "lvs --noheadings --separator : -o vg_name,lv_name,vg_uuid,lv_uuid {vg}/{lv} | tr -d ' '"
+    ));
+    let parts: Vec<&str> = out.trim().split(':').collect();
+    sys::adopt::parse_import_lv(&format!(
+        "{}/{}:{}:{}",
+        parts[0], parts[1], parts[2], parts[3]
+    ))
+    .unwrap()
+}
+
+async fn import_lv(
+    f: &Fixture,
+    identity: &LvIdentity,
+    policy: LvPolicy,
+    bytes: u64,
+    uid: &str,
+) -> Result<VolumeState, AgentError> {
+    f.agent
+        .import_volume(
+            &format!("{}/{}", identity.vg, identity.lv),
+            None,
+            bytes,
+            ImportSource::Lv {
+                identity: identity.clone(),
+                policy,
+            },
+            Some(&token(uid, 1)),
+        )
+        .await
+}
+
+fn lv_exists(vg: &str, lv: &str) -> bool {
+    run("lvs", &[&format!("{vg}/{lv}")]).is_ok()
+}
+
+fn read_file_on(dev: &str, name: &str) -> String {
+    let mnt = mkdir_tmp();
+    sh(&format!("mount -o ro {dev} {}", mnt.display()));
+    let text = fs::read_to_string(mnt.join(name));
+    sh(&format!("umount {}", mnt.display()));
+    text.unwrap()
+}
+
+fn make_lv_with_xfs(vg: &str, lv: &str) {
+    sh(&format!("lvcreate -q -y -L 320M -n {lv} {vg}"));
+    settle();
+    let mnt = mkdir_tmp();
+    let dev = format!("/dev/{vg}/{lv}");
+    sh(&format!(
+        "mkfs.xfs -q {dev} && mount {dev} {m} && printf 'legacy data\\n' > {m}/data.txt && umount {m}",
+        m = mnt.display()
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the kernel lab"]
+async fn adopt_lv_preserve_original_survives_delete_and_pins_identity() -> R {
+    let lab = Lab::get();
+    let vg = lab.vg.clone();
+    let name = lab.unique("legacy").replace('-', "_");
+    make_lv_with_xfs(&vg, &name);
+    let dev = format!("/dev/{vg}/{name}");
+    let id = format!("{vg}/{name}");
+    let ident = lv_identity(&vg, &name);
+    let f = lvm_agent(&lab, false);
+
+    let state = import_lv(&f, &ident, LvPolicy::PreserveOriginal, 100 << 20, "uid-p1").await?;
+    assert_eq!(state.capacity_bytes, 320 << 20);
+
+    // InspectVolume on the idle LV, compared with the kernel.
+    let i = f.agent.inspect_volume(&id, None).await?;
+    assert_eq!(i.lv.uuid.as_str(), ident.lv_uuid.as_str());
+    assert_eq!(i.lv.vg_uuid.as_str(), ident.vg_uuid.as_str());
+    assert!(i.usage.mounts.is_empty() && i.usage.holders.is_empty());
+    assert!(i.usage.lio.is_empty() && i.usage.nvmet.is_empty());
+    assert_eq!(i.usage.exclusive, sys::block::Exclusive::Free);
+    let blkid_type = sh(&format!("blkid -p -o value -s TYPE {dev}"));
+    assert_eq!(
+        i.probe,
+        sys::blkid::Probe::Filesystem {
+            fs_type: blkid_type.trim().to_owned()
+        }
+    );
+    let mark = i.mark.clone().expect("a mark");
+    assert_eq!(mark.fence.live.as_ref().unwrap().volume_uid, "uid-p1");
+
+    // Exported: InspectVolume lists the export with its allowed host, as configfs shows.
+    let rec = ExportRecord {
+        acl: true,
+        allowed_initiators: [HOST_NQN.to_owned()].into(),
+    };
+    let info = f
+        .agent
+        .export_volume(
+            &id,
+            None,
+            Protocol::NvmeofTcp,
+            rec,
+            Some(&token("uid-p1", 2)),
+        )
+        .await?;
+    let i = f.agent.inspect_volume(&id, None).await?;
+    assert_eq!(i.usage.nvmet.len(), 1);
+    assert_eq!(i.usage.nvmet[0].subsystem, info.target_id);
+    let hosts = sh(&format!(
+        "ls /sys/kernel/config/nvmet/subsystems/{}/allowed_hosts",
+        info.target_id
+    ));
+    assert_eq!(
+        i.nvmet_allowed[&info.target_id].1,
+        hosts
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        i.nvmet_allowed[&info.target_id].1,
+        vec![HOST_NQN.to_owned()]
+    );
+
+    // PreserveOriginal is never resized.
+    let e = f
+        .agent
+        .expand_volume(&id, None, 400 << 20, Some(&token("uid-p1", 2)))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, AgentError::FailedPrecondition(_)));
+    assert!(
+        e.to_string()
+            .starts_with(&format!("cannot expand volume {id}: ")),
+        "{e}"
+    );
+    assert_eq!(
+        sh(&format!(
+            "lvs --noheadings --units b --nosuffix -o lv_size {id}"
+        ))
+        .trim(),
+        (320u64 << 20).to_string()
+    );
+
+    // DeleteVolume removes the export and ends the lifecycle; the LV and its data stay.
+    f.agent
+        .delete_volume(&id, None, Some(&token("uid-p1", 2)))
+        .await?;
+    assert!(lv_exists(&vg, &name));
+    assert_eq!(lv_identity(&vg, &name), ident);
+    assert!(!Path::new(&format!(
+        "/sys/kernel/config/nvmet/subsystems/{}",
+        info.target_id
+    ))
+    .exists());
+    assert_eq!(read_file_on(&dev, "data.txt"), "legacy data\n");
+    f.agent
+        .delete_volume(&id, None, Some(&token("uid-p1", 2)))
+        .await?;
+
+    let i = f.agent.inspect_volume(&id, None).await?;
+    let mark = i.mark.expect("the mark survives");
+    assert!(mark.fence.live.is_none() && mark.fence.ended_uids.contains("uid-p1"));
+    assert!(mark.adopted.as_ref().is_some_and(|a| a.preserves()));
+
+    // After the lifecycle ended: Managed, or other UUIDs, are refused.
+    let pinned = format!("import of volume {id} refused: pinned: ");
+    let e = refusal(import_lv(&f, &ident, LvPolicy::Managed, 1 << 20, "uid-p2").await);
+    assert!(e.starts_with(&pinned), "{e}");
+    let mut other = ident.clone();
+    other.lv_uuid = sys::lvm::LvmUuid::new("AAAAAA-AAAA-AAAA-AAAA-AAAA-AAAA-AAAAAA")?;
+    let e = refusal(import_lv(&f, &other, LvPolicy::PreserveOriginal, 1 << 20, "uid-p2").await);
+    assert!(e.starts_with(&pinned), "{e}");
+
+    // The same pin opens a new lifecycle; ReleaseVolume verifies and keeps the LV.
+    import_lv(&f, &ident, LvPolicy::PreserveOriginal, 1 << 20, "uid-p2").await?;
+    // Release refuses while the LV is mounted, and changes nothing.
+    let mnt = mkdir_tmp();
+    sh(&format!("mount {dev} {}", mnt.display()));
+    let i = f.agent.inspect_volume(&id, None).await?;
+    assert_eq!(i.usage.mounts.len(), 1);
+    assert_eq!(i.usage.mounts[0].mount_point, mnt);
+    assert_eq!(i.usage.exclusive, sys::block::Exclusive::Busy);
+    let e = f
+        .agent
+        .release_volume(&id, None, Some(&token("uid-p2", 1)))
+        .await
+        .unwrap_err();
+    sh(&format!("umount {}", mnt.display()));
+    assert_eq!(
+        e.to_string(),
+        format!("release of volume {id} refused: in use: device {dev} is mounted at {}; unmount it first", mnt.display())
+    );
+    let m = f.agent.marks().load(&id)?.unwrap();
+    assert_eq!(m.fence.live.as_ref().unwrap().volume_uid, "uid-p2");
+    f.agent
+        .release_volume(&id, None, Some(&token("uid-p2", 1)))
+        .await?;
+    assert!(lv_exists(&vg, &name));
+    sh(&format!("lvremove -q -y {id}"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the kernel lab"]
+async fn adopt_lv_managed_is_destroyed_by_delete() -> R {
+    let lab = Lab::get();
+    let vg = lab.vg.clone();
+    let name = lab.unique("managed").replace('-', "_");
+    make_lv_with_xfs(&vg, &name);
+    let id = format!("{vg}/{name}");
+    let ident = lv_identity(&vg, &name);
+    let f = lvm_agent(&lab, false);
+    import_lv(&f, &ident, LvPolicy::Managed, 1 << 20, "uid-m1").await?;
+    assert_eq!(
+        read_file_on(&format!("/dev/{id}"), "data.txt"),
+        "legacy data\n"
+    );
+    f.agent
+        .delete_volume(&id, None, Some(&token("uid-m1", 1)))
+        .await?;
+    assert!(
+        !lv_exists(&vg, &name),
+        "Managed: DeleteVolume destroys the LV"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the kernel lab"]
+async fn adopt_lv_refusals_come_from_their_real_causes() -> R {
+    let lab = Lab::get();
+    let vg = lab.vg.clone();
+    let u = lab.unique("r").replace('-', "_");
+    let f = lvm_agent(&lab, false);
+    let refused = |lv: &str, why: String| format!("import of volume {vg}/{lv} refused: {why}");
+    let pre = LvPolicy::PreserveOriginal;
+
+    // re-created under the same name (the old one renamed away)
+    let a = format!("a{u}");
+    sh(&format!("lvcreate -q -y -L 16M -n {a} {vg}"));
+    let old = lv_identity(&vg, &a);
+    sh(&format!(
+        "lvrename -q {vg} {a} b{u} && lvcreate -q -y -L 16M -n {a} {vg}"
+    ));
+    settle();
+    let new = lv_identity(&vg, &a);
+    assert_eq!(
+        refusal(import_lv(&f, &old, pre, 1 << 20, "u").await),
+        refused(&a, format!("identity: logical volume {vg}/{a} has UUID {}, not the pinned {}; it was renamed or re-created", new.lv_uuid, old.lv_uuid))
+    );
+    // missing (the name no longer exists)
+    sh(&format!("lvremove -q -y {vg}/{a}"));
+    assert_eq!(
+        refusal(import_lv(&f, &old, pre, 1 << 20, "u").await),
+        refused(
+            &a,
+            format!("missing: logical volume {vg}/{a} does not exist")
+        )
+    );
+    // too small
+    let b = format!("b{u}");
+    let bi = lv_identity(&vg, &b);
+    assert_eq!(
+        refusal(import_lv(&f, &bi, pre, 32 << 20, "u").await),
+        refused(&b, format!("too small: logical volume {vg}/{b} is {} bytes, requested capacity is {} bytes; import never resizes", 16u64 << 20, 32u64 << 20))
+    );
+    // a classic snapshot origin, and the snapshot itself
+    let o = format!("o{u}");
+    let s = format!("s{u}");
+    sh(&format!(
+        "lvcreate -q -y -L 16M -n {o} {vg} && lvcreate -q -y -s -L 8M -n {s} {vg}/{o}"
+    ));
+    assert_eq!(
+        refusal(import_lv(&f, &lv_identity(&vg, &o), pre, 1 << 20, "u").await),
+        refused(
+            &o,
+            format!(
+                "layout: logical volume {vg}/{o} cannot be adopted: it is the origin of a snapshot"
+            )
+        )
+    );
+    assert_eq!(
+        refusal(import_lv(&f, &lv_identity(&vg, &s), pre, 1 << 20, "u").await),
+        refused(
+            &s,
+            format!("layout: logical volume {vg}/{s} cannot be adopted: it is a snapshot")
+        )
+    );
+    sh(&format!("lvremove -q -y {vg}/{s} {vg}/{o}"));
+    // the thin pool
+    let tp = lab.thin_pool.clone();
+    assert_eq!(
+        refusal(import_lv(&f, &lv_identity(&vg, &tp), pre, 1 << 20, "u").await),
+        refused(
+            &tp,
+            format!("layout: logical volume {vg}/{tp} cannot be adopted: it is a thin pool")
+        )
+    );
+    // a thin LV, on a backend without a thin pool
+    let t = format!("t{u}");
+    sh(&format!("lvcreate -q -y -V 16M -T {vg}/{tp} -n {t}"));
+    assert_eq!(
+        refusal(import_lv(&f, &lv_identity(&vg, &t), pre, 1 << 20, "u").await),
+        refused(&t, format!("layout: logical volume {vg}/{t} cannot be adopted: it is a thin LV and the backend has no thin pool"))
+    );
+    // ... which a backend with that thin pool adopts.
+    let thin = lvm_agent(&lab, true);
+    import_lv(&thin, &lv_identity(&vg, &t), pre, 1 << 20, "u").await?;
+    // inactive
+    let n = format!("n{u}");
+    sh(&format!(
+        "lvcreate -q -y -L 16M -n {n} {vg} && lvchange -q -an {vg}/{n}"
+    ));
+    let attr = sh(&format!("lvs --noheadings -o lv_attr {vg}/{n}"));
+    assert_eq!(
+        refusal(import_lv(&f, &lv_identity(&vg, &n), pre, 1 << 20, "u").await),
+        refused(&n, format!("inactive: logical volume {vg}/{n} is not active (lv_attr {}); import never activates it", attr.trim()))
+    );
+    // in use: a dm device stacked on it, then held exclusively
+    settle();
+    let bdev = format!("/dev/{vg}/{b}");
+    let dm = format!("adopt-lv-{}", std::process::id());
+    sh(&format!(
+        "dmsetup create {dm} --table '0 32768 linear {bdev} 0'"
+    ));
+    let r = import_lv(&f, &bi, pre, 1 << 20, "u").await;
+    sh(&format!("dmsetup remove {dm}"));
+    assert_eq!(
+        refusal(r),
+        refused(&b, format!("in use: device {bdev} has device-mapper holders in sysfs; release the holding device first"))
+    );
+    let held = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_o_excl())
+        .open(&bdev)?;
+    let r = import_lv(&f, &bi, pre, 1 << 20, "u").await;
+    drop(held);
+    assert_eq!(
+        refusal(r),
+        refused(&b, format!("in use: device {bdev} is held exclusively on the storage node (mounted, exported, or opened by another consumer)"))
+    );
+
+    // InspectVolume: a missing LV, a zvol backend, a corrupt mark.
+    let e = f
+        .agent
+        .inspect_volume(&format!("{vg}/gone{u}"), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, AgentError::FailedPrecondition(_)) && e.to_string().contains("missing"),
+        "{e}"
+    );
+    let z = zfs_agent(&lab, "x");
+    let e = z
+        .agent
+        .inspect_volume(&format!("{}/v", lab.pool), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, AgentError::Unimplemented(_)), "{e}");
+    let mark = f.state.path().join("agent").join(format!(
+        "{}.mark.json",
+        pillar_csi_agent::marks::encode(&format!("{vg}/{b}"))
+    ));
+    fs::write(&mark, b"{not a mark")?;
+    let e = f
+        .agent
+        .inspect_volume(&format!("{vg}/{b}"), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, AgentError::Internal(_)), "{e}");
+
+    sh(&format!("lvremove -q -y {vg}/{b} {vg}/{t} {vg}/{n}"));
+    Ok(())
+}
