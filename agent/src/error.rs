@@ -124,6 +124,24 @@ impl From<sys::zfs::Error> for AgentError {
     }
 }
 
+impl From<sys::lvm::Error> for AgentError {
+    fn from(e: sys::lvm::Error) -> Self {
+        use sys::lvm::Error as L;
+        let text = e.to_string();
+        match e {
+            L::Name(_) | L::Uuid(_) | L::InvalidSize { .. } => AgentError::InvalidArgument(text),
+            L::VgNotFound { .. } | L::LvNotFound { .. } => AgentError::NotFound(text),
+            L::LvExists { .. } => AgentError::AlreadyExists(text),
+            L::InsufficientSpace { .. } => AgentError::ResourceExhausted(text),
+            L::NotAThinPool { .. } | L::UuidMismatch { .. } | L::Shrink { .. } => {
+                AgentError::FailedPrecondition(text)
+            }
+            L::Init | L::AlreadyRunning | L::Worker(_) => AgentError::Unavailable(text),
+            _ => AgentError::Internal(text),
+        }
+    }
+}
+
 impl From<nvmet::InvalidName> for AgentError {
     fn from(e: nvmet::InvalidName) -> Self {
         AgentError::InvalidArgument(e.to_string())

@@ -46,6 +46,10 @@ pub enum BackendRecord {
         vg: String,
         /// Logical volume.
         lv: String,
+        /// The LV's UUID, pinned at creation: a removal or export checks it,
+        /// so a renamed or re-created LV under the same name is never touched.
+        #[serde(default, rename = "lvUuid", skip_serializing_if = "Option::is_none")]
+        lv_uuid: Option<String>,
     },
 }
 

@@ -2,7 +2,7 @@
 //! from the marks, resync periodically, and serve gRPC (mTLS or, in a lab,
 //! plaintext) until SIGTERM or SIGINT.
 use crate::{
-    backend::{Backend, ZfsBackend},
+    backend::{Backend, LvmBackend, ZfsBackend},
     config::{AgentConfig, BackendConfig},
     export::{Exporter, LioExporter, NvmetExporter},
     grpc::AgentGrpc,
@@ -35,6 +35,7 @@ pub enum ServeError {
 /// LVM through one shared lvm2 worker.
 pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, ServeError> {
     let mut zfs = None;
+    let mut lvm = None;
     let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
     for b in &config.backends {
         match b {
@@ -58,10 +59,22 @@ pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, Serv
                     .map_err(|e| ServeError::Startup(e.to_string()))?;
                 backends.push(Arc::new(backend));
             }
-            BackendConfig::Lvm { volume_group, .. } => {
-                return Err(ServeError::Startup(format!(
-                    "lvm backend {volume_group}: not available in this build"
-                )))
+            BackendConfig::Lvm {
+                volume_group,
+                thin_pool,
+            } => {
+                let handle = match &lvm {
+                    Some(h) => Arc::clone(h),
+                    None => {
+                        let h = sys::lvm::Lvm::start_shared()
+                            .map_err(|e| ServeError::Startup(e.to_string()))?;
+                        lvm = Some(Arc::clone(&h));
+                        h
+                    }
+                };
+                let backend = LvmBackend::new(handle, volume_group, thin_pool.as_deref())
+                    .map_err(|e| ServeError::Startup(e.to_string()))?;
+                backends.push(Arc::new(backend));
             }
         }
     }

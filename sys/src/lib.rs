@@ -3,6 +3,7 @@
 //!
 //! - [`zfs`]: zvols, snapshots, clones, properties and pool capacity through
 //!   libzfs_core and libzfs (no `zfs`/`zpool` process).
+//! - [`lvm`]: LVM through liblvm2cmd, in-process, on one worker thread.
 //! - [`udev`]: waiting for a device node that udev creates.
 //! - [`block`]: a block device's identity, size and partitions, and who uses
 //!   it (mounts, device-mapper holders, an exclusive-open probe, LIO and
@@ -13,5 +14,6 @@
 //! FFI modules, every block with a `SAFETY` comment.
 
 pub mod block;
+pub mod lvm;
 pub mod udev;
 pub mod zfs;

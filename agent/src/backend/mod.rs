@@ -49,13 +49,15 @@ pub trait Backend: Send + Sync {
     fn pool(&self) -> &str;
     /// Where a volume ID lives (its dataset, or VG and LV); refuses IDs the backend cannot hold.
     fn locate(&self, id: &VolumeId) -> Result<BackendRecord, AgentError>;
-    /// Creates the volume, or returns it when it already exists with the same size.
+    /// Creates the volume, or returns it when it already exists and is large
+    /// enough. Returns the record to keep (with identity pinned, such as an
+    /// LV's UUID) and the volume's state.
     fn create(
         &self,
         at: &BackendRecord,
         bytes: u64,
         options: &CreateOptions,
-    ) -> Result<VolumeState, AgentError>;
+    ) -> Result<(BackendRecord, VolumeState), AgentError>;
     /// The volume's state, `None` when it does not exist.
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError>;
     /// Destroys the volume, never recursively; a missing volume is success.
@@ -66,6 +68,8 @@ pub trait Backend: Send + Sync {
     fn capacity(&self) -> Result<Capacity, AgentError>;
 }
 
+mod lvm;
 mod zfs;
 
+pub use lvm::LvmBackend;
 pub use zfs::ZfsBackend;

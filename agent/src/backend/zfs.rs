@@ -90,7 +90,7 @@ impl Backend for ZfsBackend {
         at: &BackendRecord,
         bytes: u64,
         options: &CreateOptions,
-    ) -> Result<VolumeState, AgentError> {
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
         let name = Self::dataset(at)?;
         let mut spec = ZvolSpec::new(name.clone(), 0);
         for (key, value) in &options.zfs_properties {
@@ -125,10 +125,10 @@ impl Backend for ZfsBackend {
                     existing.capacity_bytes, spec.size
                 )));
             }
-            return Ok(existing);
+            return Ok((at.clone(), existing));
         }
         self.zfs.create_zvol(&spec)?;
-        self.state(&name, true)
+        Ok((at.clone(), self.state(&name, true)?))
     }
 
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError> {

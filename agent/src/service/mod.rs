@@ -45,6 +45,16 @@ pub struct Reconciled {
 
 const MAX_INITIATOR: usize = 223;
 
+/// Where the volume lives, as recorded when this agent created it; a volume
+/// ID it has no record of is not its to export or resize.
+fn recorded(id: &VolumeId, mark: &FenceMark) -> Result<BackendRecord, AgentError> {
+    mark.backend.clone().ok_or_else(|| {
+        AgentError::FailedPrecondition(format!(
+            "volume {id} was not created by this agent (it has no record of it); create it first"
+        ))
+    })
+}
+
 impl Agent {
     /// An agent over these backends and exporters, recording marks in `marks`.
     pub fn new(
@@ -176,17 +186,11 @@ impl Agent {
         let backend = self.backend(&id, kind)?;
         let at = backend.locate(&id)?;
         let (_guard, mut mark, _) = self.admit(&id, token, Call::Other).await?;
-        if let Some(recorded) = &mark.backend {
-            if *recorded != at {
-                return Err(AgentError::AlreadyExists(format!(
-                    "volume {id} is recorded at {recorded:?}, not at {at:?}"
-                )));
-            }
-        }
-        let (b, target) = (backend.clone(), at.clone());
-        let state =
+        let target = mark.backend.clone().unwrap_or(at);
+        let b = backend.clone();
+        let (record, state) =
             tokio::task::spawn_blocking(move || b.create(&target, bytes, &options)).await??;
-        mark.backend = Some(at);
+        mark.backend = Some(record);
         self.save(mark).await?;
         info!(volume = %id, bytes = state.capacity_bytes, "volume created");
         Ok(state)
@@ -202,13 +206,20 @@ impl Agent {
     ) -> Result<(), AgentError> {
         let id = VolumeId::parse(id)?;
         let backend = self.backend(&id, kind)?;
-        let at = backend.locate(&id)?;
+        backend.locate(&id)?;
         let (_guard, mark, admission) = self.admit(&id, token, Call::Delete).await?;
         if admission == Admission::RepeatsDelete {
             return Ok(());
         }
-        let record = mark.backend.clone().unwrap_or(at);
         self.unexport_all(&id, &mark).await?;
+        let Some(record) = mark.backend.clone() else {
+            // Nothing was created under this ID by this agent: whatever
+            // exists there is not ours. End the lifecycle, touch nothing.
+            let mut ended = mark.clone();
+            ended.fence = mark.fence.end(token.cloned());
+            ended.exports.clear();
+            return self.save(ended).await;
+        };
         let b = backend.clone();
         let target = record.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || b.destroy(&target)).await? {
@@ -242,9 +253,9 @@ impl Agent {
             )));
         }
         let backend = self.backend(&id, kind)?;
-        let at = backend.locate(&id)?;
+        backend.locate(&id)?;
         let (_guard, mark, _) = self.admit(&id, token, Call::Other).await?;
-        let record = mark.backend.clone().unwrap_or(at);
+        let record = recorded(&id, &mark)?;
         let b = backend.clone();
         let size = tokio::task::spawn_blocking(move || b.expand(&record, bytes)).await??;
         for protocol in mark.exports.keys().filter_map(|p| Protocol::parse(p)) {
@@ -311,11 +322,10 @@ impl Agent {
         token: Option<&Token>,
     ) -> Result<ExportInfo, AgentError> {
         let id = VolumeId::parse(id)?;
-        let backend = self.backend(&id, kind)?;
-        let at = backend.locate(&id)?;
+        self.backend(&id, kind)?.locate(&id)?;
         self.check_initiators(protocol, &record.allowed_initiators)?;
         let (_guard, mut mark, _) = self.admit(&id, token, Call::Other).await?;
-        let location = mark.backend.clone().unwrap_or(at);
+        let location = recorded(&id, &mark)?;
         let device = self.device_of(&id, &location).await?;
         let info = self.apply_export(&id, protocol, &device, &record).await?;
         mark.backend = Some(location);

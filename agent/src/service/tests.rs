@@ -33,7 +33,7 @@ impl Backend for SimBackend {
         at: &BackendRecord,
         bytes: u64,
         _: &CreateOptions,
-    ) -> Result<VolumeState, AgentError> {
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
         let name = format!("{at:?}");
         let mut v = self
             .volumes
@@ -55,10 +55,13 @@ impl Backend for SimBackend {
                 .lock()
                 .map_err(|_| AgentError::Internal("poison".into()))? += 1;
         }
-        Ok(VolumeState {
-            capacity_bytes: bytes,
-            device_path: PathBuf::from("/dev/zd0"),
-        })
+        Ok((
+            at.clone(),
+            VolumeState {
+                capacity_bytes: bytes,
+                device_path: PathBuf::from("/dev/zd0"),
+            },
+        ))
     }
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError> {
         let v = self
@@ -278,6 +281,46 @@ async fn fencing_end_to_end() -> Result<(), AgentError> {
         tok("u3", 1).as_ref(),
     )
     .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn volumes_this_agent_did_not_create_are_left_alone() -> Result<(), AgentError> {
+    let f = fixture();
+    let a = &f.agent;
+    let foreign = BackendRecord::Zvol {
+        dataset: "tank/k8s/foreign".into(),
+    };
+    f.backend.create(&foreign, 10, &CreateOptions::default())?;
+    let export = a
+        .export_volume(
+            "tank/foreign",
+            None,
+            Protocol::NvmeofTcp,
+            acl(),
+            tok("u1", 1).as_ref(),
+        )
+        .await;
+    assert!(
+        matches!(export, Err(AgentError::FailedPrecondition(m)) if m.contains("not created by this agent"))
+    );
+    let expand = a
+        .expand_volume("tank/foreign", None, 20, tok("u1", 1).as_ref())
+        .await;
+    assert!(matches!(expand, Err(AgentError::FailedPrecondition(_))));
+    a.delete_volume("tank/foreign", None, tok("u1", 1).as_ref())
+        .await?;
+    assert!(
+        f.backend.lookup(&foreign)?.is_some(),
+        "delete destroyed a volume it never created"
+    );
+    assert_eq!(
+        *f.backend
+            .destroyed
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))?,
+        0
+    );
     Ok(())
 }
 
