@@ -1253,3 +1253,147 @@ async fn agent_sixteen_concurrent_identical_creates_make_one_zvol() -> Result<()
     assert_eq!(parent.children()?, Vec::<String>::new());
     Ok(())
 }
+
+/// `lv_name,segtype,pool_lv,lv_size` of every LV of `vg` named `lv` (empty when gone).
+fn lvs(vg: &str, lv: &str) -> Result<Vec<String>> {
+    let out = run(
+        "lvs",
+        &[
+            "--noheadings",
+            "--separator",
+            ",",
+            "--units",
+            "b",
+            "--nosuffix",
+            "-o",
+            "lv_name,segtype,pool_lv,lv_size",
+            vg,
+        ],
+    )?;
+    Ok(out
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| l.split(',').next() == Some(lv))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn agent_lvm_linear_and_thin_lvs_round_trip_over_nvme_tcp_and_iscsi() -> Result<()> {
+    let lab = Lab::get();
+    let config = AgentConfig::new(
+        &lab,
+        &lab.unique("agent-lvm"),
+        vec![format!("lvm={}/{}", lab.vg, lab.thin_pool)],
+        NVME_PORT,
+        ISCSI_PORT,
+    )?;
+    let agent = AgentProcess::start(config).await?;
+    assert!(agent.health().healthy, "{:?}", agent.health());
+    let mut c = agent.client().await?;
+    let caps = c
+        .get_capabilities(pb::GetCapabilitiesRequest {})
+        .await?
+        .into_inner();
+    assert_eq!(caps.backend_types, vec![pb::BackendType::Lvm as i32]);
+    let lvm = pb::BackendType::Lvm as i32;
+    let host = host_nqn(&lab, "host");
+    let iqn = iscsi::initiator_name()?;
+    let portal = format!("127.0.0.1:{ISCSI_PORT}");
+
+    for (provisioning, segtype, pool_lv) in [
+        (pb::LvmProvisioning::Linear, "linear", ""),
+        (pb::LvmProvisioning::Thin, "thin", lab.thin_pool.as_str()),
+    ] {
+        let name = lab.unique(segtype);
+        let id = format!("{}/{name}", lab.vg);
+        let uid = lab.unique("uid");
+        let request = pb::CreateVolumeRequest {
+            volume_id: id.clone(),
+            backend_type: lvm,
+            capacity_bytes: SIZE,
+            fence: fence(&uid, 1),
+            lvm_provisioning: provisioning as i32,
+            ..Default::default()
+        };
+        let created = c.create_volume(request.clone()).await?.into_inner();
+        assert_eq!(created.capacity_bytes, SIZE, "{segtype}");
+        assert!(Path::new(&created.device_path).exists(), "{created:?}");
+        assert_eq!(
+            lvs(&lab.vg, &name)?,
+            vec![format!("{name},{segtype},{pool_lv},{SIZE}")],
+            "lvs shows the new {segtype} LV"
+        );
+        assert_eq!(c.create_volume(request).await?.into_inner(), created);
+
+        // NVMe/TCP: write through the kernel initiator, read back.
+        let mut export = export_request(&id, NVME, &[&host], fence(&uid, 1));
+        export.backend_type = lvm;
+        let nqn = c.export_volume(export).await?.into_inner().target_id;
+        assert!(
+            Connection::tcp(
+                "127.0.0.1",
+                NVME_PORT,
+                &nqn,
+                &host_nqn(&lab, "host-stranger")
+            )
+            .is_err(),
+            "{segtype}: a host outside the ACL connected"
+        );
+        let data = pattern(21, 1 << 20);
+        {
+            let conn = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &host)?;
+            let disk = conn.namespace_device(1)?;
+            write_at(&disk, 2 << 20, &data)?;
+            assert!(read_at(&disk, 2 << 20, data.len())? == data, "{segtype}");
+        }
+        c.unexport_volume(pb::UnexportVolumeRequest {
+            volume_id: id.clone(),
+            protocol_type: NVME,
+            fence: fence(&uid, 1),
+        })
+        .await?;
+        assert!(!nvmet::Nvmet::open()?
+            .read()?
+            .subsystems
+            .contains_key(&nvmet::Nqn::new(&nqn)?));
+
+        // iSCSI: the same bytes read back through open-iscsi.
+        let mut export = export_request(&id, ISCSI, &[&iqn], fence(&uid, 1));
+        export.backend_type = lvm;
+        let target = c.export_volume(export).await?.into_inner().target_id;
+        {
+            let session = Session::login(&target, &portal, None)?;
+            assert!(
+                read_at(&session.disk(0)?, 2 << 20, data.len())? == data,
+                "{segtype}: the bytes written over NVMe/TCP read back over iSCSI"
+            );
+        }
+        c.unexport_volume(pb::UnexportVolumeRequest {
+            volume_id: id.clone(),
+            protocol_type: ISCSI,
+            fence: fence(&uid, 1),
+        })
+        .await?;
+        assert!(!lio::Lio::open()?
+            .read()?
+            .targets
+            .contains_key(&lio::Iqn::new(&target)?));
+
+        let delete = pb::DeleteVolumeRequest {
+            volume_id: id.clone(),
+            backend_type: lvm,
+            fence: fence(&uid, 1),
+        };
+        c.delete_volume(delete.clone()).await?;
+        assert_eq!(
+            lvs(&lab.vg, &name)?,
+            Vec::<String>::new(),
+            "{segtype} LV gone"
+        );
+        c.delete_volume(delete).await?;
+    }
+    let thin_pool = lvs(&lab.vg, &lab.thin_pool)?;
+    assert_eq!(thin_pool.len(), 1, "the thin pool stays: {thin_pool:?}");
+    Ok(())
+}
