@@ -493,6 +493,7 @@ impl Agent {
         token: Option<&Token>,
     ) -> Result<(), AgentError> {
         let id = VolumeId::parse(id)?;
+        self.backend(&id, None)?;
         let exporter = self.exporter(protocol)?;
         let (_guard, mut mark, _) = self.admit(&id, token, Call::Other).await?;
         let vid = id.clone();
@@ -511,6 +512,7 @@ impl Agent {
         token: Option<&Token>,
     ) -> Result<(), AgentError> {
         let id = VolumeId::parse(id)?;
+        self.backend(&id, None)?;
         let initiator = initiator.to_owned();
         self.check_initiators(protocol, [&initiator])?;
         let (_guard, mut mark, _) = self.admit(&id, token, Call::Other).await?;

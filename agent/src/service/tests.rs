@@ -459,3 +459,38 @@ async fn restart_recreates_exports_and_skips_corrupt_marks() -> Result<(), Agent
     assert!(matches!(corrupt, Err(AgentError::Internal(_))));
     Ok(())
 }
+
+#[tokio::test]
+async fn calls_for_a_pool_no_backend_serves_are_refused_and_record_nothing(
+) -> Result<(), AgentError> {
+    let f = fixture();
+    let a = &f.agent;
+    let results = [
+        a.unexport_volume("other/v", Protocol::NvmeofTcp, tok("u1", 1).as_ref())
+            .await,
+        a.set_initiator(
+            "other/v",
+            Protocol::NvmeofTcp,
+            HOST,
+            true,
+            tok("u1", 1).as_ref(),
+        )
+        .await,
+        a.set_initiator(
+            "other/v",
+            Protocol::NvmeofTcp,
+            HOST,
+            false,
+            tok("u1", 1).as_ref(),
+        )
+        .await,
+    ];
+    for r in results {
+        assert!(
+            matches!(&r, Err(AgentError::InvalidArgument(m)) if m.contains("no backend")),
+            "{r:?}"
+        );
+    }
+    assert_eq!(a.marks().volume_ids()?, Vec::<String>::new());
+    Ok(())
+}
