@@ -290,6 +290,11 @@ impl AgentProcess {
         &self.health
     }
 
+    /// The process ID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(std::process::Child::id)
+    }
+
     /// The gRPC address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
