@@ -250,10 +250,6 @@ fn main() -> Result<()> {
     }
     let vs_lib = t.elapsed();
     let t = Instant::now();
-    let batch = zfs.volsizes(&many)?;
-    let vs_batch = t.elapsed();
-    assert_eq!(batch.values().copied().collect::<Vec<_>>(), vec![SIZE; M]);
-    let t = Instant::now();
     let mut cli_sizes = Vec::with_capacity(M);
     for n in &many {
         cli_sizes.push(
@@ -276,12 +272,6 @@ fn main() -> Result<()> {
     println!("3. volsize of {M} zvols");
     println!("  sys::zfs: {:.2?} ({})", vs_lib, per_op(vs_lib, M));
     println!("  zfs get:  {:.2?} ({})", vs_cli, per_op(vs_cli, M));
-    println!(
-        "  sys::zfs volsizes (all {M} in one channel program): {:.2?} ({}), {:.1}x",
-        vs_batch,
-        per_op(vs_batch, M),
-        ratio(vs_cli, vs_batch)
-    );
     println!(
         "  (sys::zfs exists, the same ioctl without properties: {})",
         per_op(ex_lib, M)

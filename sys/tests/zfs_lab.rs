@@ -273,28 +273,6 @@ fn zfs_lab_list_zvols_exactly_one_level_below_a_parent() -> Result<()> {
     )?;
     run("zfs", &["snapshot", &format!("{parent}/a@s")])?;
 
-    // Sizes of many volumes at once: the volumes only.
-    let mut asked: Vec<DatasetName> = ["a", "b", "c", "fs", "fs/deep", "missing"]
-        .iter()
-        .map(|v| DatasetName::new(&format!("{parent}/{v}")))
-        .collect::<std::result::Result<_, _>>()?;
-    asked.push(DatasetName::new("no-such-pool-y/v")?);
-    let sizes = zfs.volsizes(&asked[..6])?;
-    let want: Vec<(String, u64)> = ["a", "b", "c", "fs/deep"]
-        .iter()
-        .map(|v| {
-            let d = format!("{parent}/{v}");
-            let s = zget_u64(&d, "volsize")?;
-            Ok((d, s))
-        })
-        .collect::<Result<_>>()?;
-    let got_sizes: Vec<(String, u64)> = sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    assert_eq!(got_sizes, want);
-    assert!(matches!(
-        zfs.volsizes(&asked[6..]),
-        Err(Error::PoolNotFound { .. })
-    ));
-
     let got: Vec<String> = zfs
         .list_zvols(&DatasetName::new(&parent)?)?
         .into_iter()

@@ -28,10 +28,6 @@ use zfs_sys as z;
 /// libzfs_init and libzfs_fini (re)build process-global tables; serialise them.
 static INIT_LOCK: Mutex<()> = Mutex::new(());
 
-/// The instruction and memory limits of a channel program (ZFS's defaults).
-const PROGRAM_INSTRUCTIONS: u64 = 10_000_000;
-const PROGRAM_MEMORY: u64 = 10 << 20;
-
 /// A `CString` from a Rust string; a NUL inside gives `EINVAL`.
 pub(crate) fn cstring(s: &str) -> Result<CString, c_int> {
     CString::new(s).map_err(|_| EINVAL)
@@ -122,46 +118,6 @@ impl Lzc {
         errno(unsafe { z::lzc_clone(name.as_ptr(), origin.as_ptr(), props.as_ptr()) })
     }
 
-    /// `lzc_channel_program_nosync`: runs a read-only Lua channel program
-    /// in `pool` (open context, no transaction group) with `args` as its
-    /// argument table; returns the program's output list, or the errno and
-    /// the program's error text.
-    pub fn program_nosync(
-        &self,
-        pool: &CStr,
-        program: &CStr,
-        args: &NvList,
-    ) -> Result<NvList, (c_int, String)> {
-        let mut out: *mut z::nvlist_t = ptr::null_mut();
-        // SAFETY: strings NUL-terminated and args live, all only read; out
-        // receives a new list (or stays NULL) that we own.
-        let rc = unsafe {
-            z::lzc_channel_program_nosync(
-                pool.as_ptr(),
-                program.as_ptr(),
-                PROGRAM_INSTRUCTIONS,
-                PROGRAM_MEMORY,
-                args.as_ptr(),
-                &mut out,
-            )
-        };
-        // SAFETY: out is NULL or a list allocated for us.
-        let out = unsafe { NvList::from_raw(out) };
-        if rc == 0 {
-            out.ok_or((EINVAL, "no output".into()))
-        } else {
-            let text = out
-                .and_then(|o| {
-                    o.as_ref().entries().into_iter().find_map(|(k, v)| match v {
-                        NvValue::Str(s) if k == "error" => Some(s),
-                        _ => None,
-                    })
-                })
-                .unwrap_or_default();
-            Err((rc, text))
-        }
-    }
-
     /// `lzc_destroy_snaps` (not deferred) of the snapshots named as keys of
     /// `snaps`; on failure the errno and the per-snapshot errors.
     pub fn destroy_snaps(&self, snaps: &NvList) -> Result<(), (c_int, Vec<(String, i32)>)> {
@@ -246,13 +202,6 @@ impl NvList {
         errno(unsafe { z::nvlist_add_string(self.as_ptr(), k.as_ptr(), v.as_ptr()) })
     }
 
-    /// Adds `key = list` (the list is copied).
-    pub fn add_nvlist(&mut self, key: &str, list: &NvList) -> Result<(), c_int> {
-        let k = cstring(key)?;
-        // SAFETY: both lists live; the value is copied into self.
-        errno(unsafe { z::nvlist_add_nvlist(self.as_ptr(), k.as_ptr(), list.as_ptr()) })
-    }
-
     /// Adds `key` as a boolean flag (how snapshot lists name their members).
     pub fn add_boolean(&mut self, key: &str) -> Result<(), c_int> {
         let k = cstring(key)?;
@@ -272,7 +221,6 @@ impl Drop for NvList {
 #[derive(Debug)]
 pub(crate) enum NvValue<'a> {
     I32(i32),
-    I64(i64),
     Str(String),
     List(NvListRef<'a>),
     Other,
@@ -303,14 +251,6 @@ impl<'a> NvListRef<'a> {
                         let mut v = 0i32;
                         if z::nvpair_value_int32(pair, &mut v) == 0 {
                             NvValue::I32(v)
-                        } else {
-                            NvValue::Other
-                        }
-                    }
-                    z::DATA_TYPE_INT64 => {
-                        let mut v = 0i64;
-                        if z::nvpair_value_int64(pair, &mut v) == 0 {
-                            NvValue::I64(v)
                         } else {
                             NvValue::Other
                         }

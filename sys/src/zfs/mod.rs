@@ -9,7 +9,7 @@
 //! OpenZFS's rules, enforced by the types:
 //!
 //! - libzfs_core is thread-safe. Creates, destroys, snapshots, clones,
-//!   existence checks and the batched [`Zfs::volsizes`] issue their ioctl
+//!   and existence checks issue their ioctl
 //!   without any lock of ours, so many threads create at once.
 //! - A libzfs handle is not thread-safe. `Zfs` keeps its one handle behind a
 //!   mutex; reading properties, listing, resizing, pool capacity, and a
@@ -489,68 +489,6 @@ impl Zfs {
                 why: "no such property".into(),
             }),
         }
-    }
-
-    /// The `volsize` of many volumes at once, without the libzfs lock: one
-    /// read-only channel program per pool (libzfs_core,
-    /// `lzc_channel_program_nosync`) reads them all in one ioctl, up to
-    /// 1000 names each. The map holds every name that is an existing
-    /// volume; a missing dataset or a filesystem is left out.
-    pub fn volsizes(&self, names: &[DatasetName]) -> Result<BTreeMap<DatasetName, u64>, Error> {
-        const PROGRAM: &std::ffi::CStr = c"args = ...
-out = {}
-for name, _ in pairs(args['names']) do
-  if zfs.exists(name) and zfs.get_prop(name, 'type') == 'volume' then
-    out[name] = zfs.get_prop(name, 'volsize')
-  end
-end
-return out
-";
-        let mut by_pool: BTreeMap<&str, Vec<&DatasetName>> = BTreeMap::new();
-        for n in names {
-            by_pool.entry(n.pool()).or_default().push(n);
-        }
-        let mut sizes = BTreeMap::new();
-        for (pool, group) in by_pool {
-            for chunk in group.chunks(1000) {
-                let mut list = new_nvlist(pool)?;
-                for n in chunk {
-                    list.add_string(n.as_str(), n.as_str())
-                        .map_err(|e| kernel(n.as_str(), "read volsize of", e))?;
-                }
-                let mut args = new_nvlist(pool)?;
-                args.add_nvlist("names", &list)
-                    .map_err(|e| kernel(pool, "read volsizes in", e))?;
-                let out = self
-                    .lzc
-                    .program_nosync(&c_string(pool, pool)?, PROGRAM, &args)
-                    .map_err(|(e, text)| match e {
-                        errno::ENOENT => Error::PoolNotFound {
-                            pool: pool.to_owned(),
-                            dataset: pool.to_owned(),
-                        },
-                        e => Error::Libzfs {
-                            dataset: pool.to_owned(),
-                            op: "read volsizes in",
-                            code: e,
-                            message: format!("channel program failed: {text}"),
-                        },
-                    })?;
-                for (key, value) in out.as_ref().entries() {
-                    if key != "return" {
-                        continue;
-                    }
-                    if let ffi::NvValue::List(ret) = value {
-                        for (name, v) in ret.entries() {
-                            if let (ffi::NvValue::I64(size), Ok(n)) = (v, DatasetName::new(&name)) {
-                                sizes.insert(n, size as u64);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Ok(sizes)
     }
 
     /// Sets a property as `zfs set name=value` would (libzfs translates the
