@@ -19,6 +19,7 @@ const FUNCTIONS: &[&str] = &[
     "lzc_snapshot",
     "lzc_clone",
     "lzc_destroy_snaps",
+    "lzc_channel_program_nosync",
     // libzfs: one handle, not thread-safe.
     "libzfs_init",
     "libzfs_fini",
@@ -61,10 +62,12 @@ const FUNCTIONS: &[&str] = &[
     "nvlist_add_uint64",
     "nvlist_add_string",
     "nvlist_add_boolean",
+    "nvlist_add_nvlist",
     "nvlist_next_nvpair",
     "nvpair_name",
     "nvpair_type",
     "nvpair_value_int32",
+    "nvpair_value_int64",
     "nvpair_value_string",
     "nvpair_value_nvlist",
 ];

@@ -95,6 +95,15 @@ impl AdoptedSource {
     }
 }
 
+impl std::fmt::Display for BackendRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendRecord::Zvol { dataset } => write!(f, "zvol {dataset}"),
+            BackendRecord::Lv { vg, lv, .. } => write!(f, "logical volume {vg}/{lv}"),
+        }
+    }
+}
+
 /// Everything the agent records about one volume ID.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

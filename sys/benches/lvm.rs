@@ -64,6 +64,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         theirs += t.elapsed();
     }
 
+    // Let udev finish the events of the creates and removes, so that their
+    // work does not land in the report timings of either side.
+    let _ = run("udevadm", &["settle"]);
+
     // The cost of one in-process report of one LV (the read-back a create
     // does to return the new LV with its UUID).
     let thin = LvName::new(&lab.thin_pool)?;

@@ -729,7 +729,10 @@ fn lvm_layouts_are_classified_as_the_spec_says() -> Result<()> {
                 &vgname,
             )],
             modules: &["dm-snapshot", "dm-zero"],
-            expect: vec![("sparse", None, Err("Snapshot"))],
+            expect: vec![
+                ("sparse", None, Err("Snapshot")),
+                ("sparse_vorigin", None, Err("Virtual")),
+            ],
         },
         Layout {
             setup: vec![

@@ -109,6 +109,21 @@ fn zfs_lab_thick_zvol_with_typed_properties_matches_the_cli() -> Result<()> {
     );
     assert_eq!(zfs.volsize(&ds)?, 96 * MIB);
     assert_eq!(zfs.dataset_type(&ds)?, DatasetType::Volume);
+    for p in [
+        "compression",
+        "volmode",
+        "volsize",
+        "refreservation",
+        "guid",
+        "pillar-csi.bhyoo.com:owner",
+    ] {
+        assert_eq!(zfs.property(&ds, p)?, Some(zget(d, p)?), "{p}");
+    }
+    assert_eq!(zfs.property(&ds, "nobody:unset")?, None);
+    assert!(matches!(
+        zfs.property(&ds, "no-such"),
+        Err(Error::InvalidProperty { .. })
+    ));
 
     // The device node, through udev, is a block device of that size.
     let dev = zfs.wait_device(&ds, Duration::from_secs(30))?;
@@ -257,6 +272,28 @@ fn zfs_lab_list_zvols_exactly_one_level_below_a_parent() -> Result<()> {
         &["create", "-s", "-V", "16M", &format!("{parent}/fs/deep")],
     )?;
     run("zfs", &["snapshot", &format!("{parent}/a@s")])?;
+
+    // Sizes of many volumes at once: the volumes only.
+    let mut asked: Vec<DatasetName> = ["a", "b", "c", "fs", "fs/deep", "missing"]
+        .iter()
+        .map(|v| DatasetName::new(&format!("{parent}/{v}")))
+        .collect::<std::result::Result<_, _>>()?;
+    asked.push(DatasetName::new("no-such-pool-y/v")?);
+    let sizes = zfs.volsizes(&asked[..6])?;
+    let want: Vec<(String, u64)> = ["a", "b", "c", "fs/deep"]
+        .iter()
+        .map(|v| {
+            let d = format!("{parent}/{v}");
+            let s = zget_u64(&d, "volsize")?;
+            Ok((d, s))
+        })
+        .collect::<Result<_>>()?;
+    let got_sizes: Vec<(String, u64)> = sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    assert_eq!(got_sizes, want);
+    assert!(matches!(
+        zfs.volsizes(&asked[6..]),
+        Err(Error::PoolNotFound { .. })
+    ));
 
     let got: Vec<String> = zfs
         .list_zvols(&DatasetName::new(&parent)?)?

@@ -7,11 +7,13 @@
 //! the kernel NVMe/TCP initiator, the open-iscsi initiator, the storage CLIs (tests only; product code
 //! uses the libraries), and data patterns written and read back.
 
+pub mod agent;
 pub mod block;
 pub mod cmd;
 pub mod env;
 pub mod iscsi;
 pub mod nvme;
+pub mod tls;
 
 pub use cmd::{run, CmdError};
 pub use env::Lab;

@@ -46,6 +46,16 @@ pub struct Reconciled {
 
 const MAX_INITIATOR: usize = 223;
 
+/// Where the volume lives, as recorded when this agent created it; a volume
+/// ID it has no record of is not its to export or resize.
+fn recorded(id: &VolumeId, mark: &FenceMark) -> Result<BackendRecord, AgentError> {
+    mark.backend.clone().ok_or_else(|| {
+        AgentError::FailedPrecondition(format!(
+            "volume {id} was not created by this agent (it has no record of it); create it first"
+        ))
+    })
+}
+
 /// What InspectVolume observed.
 #[derive(Debug, Clone)]
 pub struct Inspection {
@@ -287,7 +297,27 @@ impl Agent {
                 describe(pin)
             )));
         }
-        let target = mark.backend.clone().unwrap_or(at);
+        let target = match mark.backend.clone() {
+            Some(recorded) => recorded,
+            None => {
+                // A volume already there that this agent did not create is
+                // not taken over by a create: that is what import is for.
+                let (b, probe) = (backend.clone(), at.clone());
+                if tokio::task::spawn_blocking(move || b.lookup(&probe))
+                    .await??
+                    .is_some()
+                {
+                    return Err(AgentError::AlreadyExists(format!(
+                        "volume {id}: {at} already exists and was not created by this agent; import it instead"
+                    )));
+                }
+                // Record the intent first, so a crash between the create
+                // and the mark leaves a volume this agent knows it made.
+                mark.backend = Some(at.clone());
+                self.save(mark.clone()).await?;
+                at
+            }
+        };
         let b = backend.clone();
         let (record, state) =
             tokio::task::spawn_blocking(move || b.create(&target, bytes, &options)).await??;
@@ -307,12 +337,11 @@ impl Agent {
     ) -> Result<(), AgentError> {
         let id = VolumeId::parse(id)?;
         let backend = self.backend(&id, kind)?;
-        let at = backend.locate(&id)?;
+        backend.locate(&id)?;
         let (_guard, mark, admission) = self.admit(&id, token, Call::Delete).await?;
         if admission == Admission::RepeatsDelete {
             return Ok(());
         }
-        let record = mark.backend.clone().unwrap_or(at);
         self.unexport_all(&id, &mark).await?;
         if mark.adopted.as_ref().is_some_and(AdoptedSource::preserves) {
             // PreserveOriginal: the LV stays; only our records change. The
@@ -325,6 +354,14 @@ impl Agent {
             info!(volume = %id, "lifecycle of a preserved volume ended; the logical volume stays");
             return Ok(());
         }
+        let Some(record) = mark.backend.clone() else {
+            // Nothing was created under this ID by this agent: whatever
+            // exists there is not ours. End the lifecycle, touch nothing.
+            let mut ended = mark.clone();
+            ended.fence = mark.fence.end(token.cloned());
+            ended.exports.clear();
+            return self.save(ended).await;
+        };
         let b = backend.clone();
         let target = record.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || b.destroy(&target)).await? {
@@ -360,7 +397,7 @@ impl Agent {
             )));
         }
         let backend = self.backend(&id, kind)?;
-        let at = backend.locate(&id)?;
+        backend.locate(&id)?;
         let (_guard, mark, _) = self.admit(&id, token, Call::Other).await?;
         if let Some(pin) = mark.adopted.as_ref().filter(|p| p.preserves()) {
             return Err(AgentError::FailedPrecondition(format!(
@@ -368,7 +405,7 @@ impl Agent {
                 describe(pin)
             )));
         }
-        let record = mark.backend.clone().unwrap_or(at);
+        let record = recorded(&id, &mark)?;
         let b = backend.clone();
         let size = tokio::task::spawn_blocking(move || b.expand(&record, bytes)).await??;
         for protocol in mark.exports.keys().filter_map(|p| Protocol::parse(p)) {
@@ -435,11 +472,10 @@ impl Agent {
         token: Option<&Token>,
     ) -> Result<ExportInfo, AgentError> {
         let id = VolumeId::parse(id)?;
-        let backend = self.backend(&id, kind)?;
-        let at = backend.locate(&id)?;
+        self.backend(&id, kind)?.locate(&id)?;
         self.check_initiators(protocol, &record.allowed_initiators)?;
         let (_guard, mut mark, _) = self.admit(&id, token, Call::Other).await?;
-        let location = mark.backend.clone().unwrap_or(at);
+        let location = recorded(&id, &mark)?;
         let device = self.device_of(&id, &location).await?;
         let info = self.apply_export(&id, protocol, &device, &record).await?;
         mark.backend = Some(location);
@@ -457,6 +493,7 @@ impl Agent {
         token: Option<&Token>,
     ) -> Result<(), AgentError> {
         let id = VolumeId::parse(id)?;
+        self.backend(&id, None)?;
         let exporter = self.exporter(protocol)?;
         let (_guard, mut mark, _) = self.admit(&id, token, Call::Other).await?;
         let vid = id.clone();
@@ -475,6 +512,7 @@ impl Agent {
         token: Option<&Token>,
     ) -> Result<(), AgentError> {
         let id = VolumeId::parse(id)?;
+        self.backend(&id, None)?;
         let initiator = initiator.to_owned();
         self.check_initiators(protocol, [&initiator])?;
         let (_guard, mut mark, _) = self.admit(&id, token, Call::Other).await?;

@@ -285,6 +285,46 @@ async fn fencing_end_to_end() -> Result<(), AgentError> {
 }
 
 #[tokio::test]
+async fn volumes_this_agent_did_not_create_are_left_alone() -> Result<(), AgentError> {
+    let f = fixture();
+    let a = &f.agent;
+    let foreign = BackendRecord::Zvol {
+        dataset: "tank/k8s/foreign".into(),
+    };
+    f.backend.create(&foreign, 10, &CreateOptions::default())?;
+    let export = a
+        .export_volume(
+            "tank/foreign",
+            None,
+            Protocol::NvmeofTcp,
+            acl(),
+            tok("u1", 1).as_ref(),
+        )
+        .await;
+    assert!(
+        matches!(export, Err(AgentError::FailedPrecondition(m)) if m.contains("not created by this agent"))
+    );
+    let expand = a
+        .expand_volume("tank/foreign", None, 20, tok("u1", 1).as_ref())
+        .await;
+    assert!(matches!(expand, Err(AgentError::FailedPrecondition(_))));
+    a.delete_volume("tank/foreign", None, tok("u1", 1).as_ref())
+        .await?;
+    assert!(
+        f.backend.lookup(&foreign)?.is_some(),
+        "delete destroyed a volume it never created"
+    );
+    assert_eq!(
+        *f.backend
+            .destroyed
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))?,
+        0
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn concurrent_identical_creates_make_one_volume() -> Result<(), AgentError> {
     let f = fixture();
     let calls = (0..16).map(|_| {
@@ -417,5 +457,40 @@ async fn restart_recreates_exports_and_skips_corrupt_marks() -> Result<(), Agent
         .unexport_volume("tank/b", Protocol::NvmeofTcp, tok("tank/b", 1).as_ref())
         .await;
     assert!(matches!(corrupt, Err(AgentError::Internal(_))));
+    Ok(())
+}
+
+#[tokio::test]
+async fn calls_for_a_pool_no_backend_serves_are_refused_and_record_nothing(
+) -> Result<(), AgentError> {
+    let f = fixture();
+    let a = &f.agent;
+    let results = [
+        a.unexport_volume("other/v", Protocol::NvmeofTcp, tok("u1", 1).as_ref())
+            .await,
+        a.set_initiator(
+            "other/v",
+            Protocol::NvmeofTcp,
+            HOST,
+            true,
+            tok("u1", 1).as_ref(),
+        )
+        .await,
+        a.set_initiator(
+            "other/v",
+            Protocol::NvmeofTcp,
+            HOST,
+            false,
+            tok("u1", 1).as_ref(),
+        )
+        .await,
+    ];
+    for r in results {
+        assert!(
+            matches!(&r, Err(AgentError::InvalidArgument(m)) if m.contains("no backend")),
+            "{r:?}"
+        );
+    }
+    assert_eq!(a.marks().volume_ids()?, Vec::<String>::new());
     Ok(())
 }

@@ -124,6 +124,10 @@ pub fn classify(lv: &Lv, thin_pool: Option<&LvName>) -> Result<Adoptable, Refusa
         VolumeType::Origin if lv.role.iter().any(|r| r == "cache" || r == "cacheorigin") => {
             return Err(Refusal::Cache)
         }
+        // The virtual origin of a sparse snapshot is also `o`.
+        VolumeType::Origin if lv.layout.iter().any(|l| l == "virtual") => {
+            return Err(Refusal::Virtual)
+        }
         VolumeType::Origin => return Err(Refusal::SnapshotOrigin),
         VolumeType::ThinPool => return Err(Refusal::ThinPool),
         VolumeType::ThinPoolData => return Err(Refusal::ThinPoolData),
@@ -313,6 +317,8 @@ mod tests {
             ("raid", Refusal::Raid),
             ("raid_rimage_1", Refusal::Raid),
             ("raid_rmeta_0", Refusal::Metadata),
+            ("sparse", Refusal::Snapshot),
+            ("sparse_vorigin", Refusal::Virtual),
             ("cached", Refusal::Cache),
             ("cached_corig", Refusal::Cache),
             ("cpool_cpool", Refusal::Cache),
@@ -330,6 +336,10 @@ mod tests {
             assert_eq!(classify(lv, None).as_ref(), Err(want), "{name}");
             assert_eq!(classify(lv, Some(&p)).as_ref(), Err(want), "{name}");
         }
+        assert_eq!(
+            classify(find(&lvs, "inactive"), None),
+            Err(Refusal::NotActive { state: '-' })
+        );
         // Nothing in the sample but `lin` (no pool) and the thin LVs of the
         // backend's pool is adoptable, whatever the backend.
         for lv in &lvs {

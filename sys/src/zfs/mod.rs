@@ -8,15 +8,15 @@
 //!
 //! OpenZFS's rules, enforced by the types:
 //!
-//! - libzfs_core is thread-safe. Creates, destroys, snapshots, clones and
-//!   existence checks issue their ioctl without any lock of ours, so many
-//!   threads create at once and ZFS batches them into fewer transaction
-//!   groups.
+//! - libzfs_core is thread-safe. Creates, destroys, snapshots, clones,
+//!   existence checks and the batched [`Zfs::volsizes`] issue their ioctl
+//!   without any lock of ours, so many threads create at once.
 //! - A libzfs handle is not thread-safe. `Zfs` keeps its one handle behind a
-//!   mutex; reading properties, listing, resizing, pool capacity and the
-//!   property-table lookups of a create take that mutex for the time of
-//!   their (short) libzfs calls. Dataset and pool handles opened through it
-//!   borrow the locked handle and cannot escape the lock.
+//!   mutex; reading properties, listing, resizing, pool capacity, and a
+//!   create's property translation and thick reservation (computed from a
+//!   pool handle kept for the pool's layout, no ioctl) take that mutex for
+//!   the time of their libzfs calls. Dataset and pool handles opened
+//!   through it borrow the locked handle and cannot escape the lock.
 //! - `libzfs_init`/`libzfs_fini` rebuild process-global tables and are
 //!   serialised process-wide. One `Zfs` per process is the intended use.
 //!
@@ -288,7 +288,7 @@ impl Zfs {
         })?;
         let c_name = c_string(ds, ds)?;
         let props = {
-            let lib = self.lib();
+            let mut lib = self.lib();
             let default_bs = lib.prop_info(Prop::VOLBLOCKSIZE).default;
             check_volume_size(ds, spec.size, spec.volblocksize, default_bs)?;
             let mut nv = new_nvlist(ds)?;
@@ -300,13 +300,12 @@ impl Zfs {
                 translate_property(&lib, ds, k, v, &mut nv)?;
             }
             if spec.provisioning == Provisioning::Thick {
-                let pool = lib
-                    .open_pool(&c_string(ds, spec.name.pool())?)
+                let resv = lib
+                    .volsize_to_reservation(&c_string(ds, spec.name.pool())?, spec.size, &nv)
                     .map_err(|_| Error::PoolNotFound {
                         pool: spec.name.pool().to_owned(),
                         dataset: ds.to_owned(),
                     })?;
-                let resv = pool.volsize_to_reservation(spec.size, &nv);
                 add_u64(&mut nv, ds, "refreservation", resv)?;
             }
             nv
@@ -345,7 +344,9 @@ impl Zfs {
     pub fn destroy(&self, name: &DatasetName) -> Result<(), Error> {
         let ds = name.as_str();
         let c_name = c_string(ds, ds)?;
-        self.refuse_dependents(name, &c_name)?;
+        // The kernel refuses a dataset with snapshots (EBUSY) or children
+        // (EEXIST) atomically in the destroy itself; their names are looked
+        // up only then, for the refusal.
         let start = std::time::Instant::now();
         let mut pause = Duration::from_millis(20);
         loop {
@@ -356,7 +357,6 @@ impl Zfs {
                         dataset: ds.to_owned(),
                     })
                 }
-                // A snapshot or child that appeared since the check.
                 Err(errno::EEXIST) => {
                     self.refuse_dependents(name, &c_name)?;
                     return Err(kernel(ds, "destroy", errno::EEXIST));
@@ -463,6 +463,96 @@ impl Zfs {
         })
     }
 
+    /// One property as `zfs get -Hp -o value` prints it (native, literal
+    /// numbers) or a user property's value; `None` for an unset user
+    /// property or a property that does not apply.
+    pub fn property(&self, name: &DatasetName, property: &str) -> Result<Option<String>, Error> {
+        let ds = name.as_str();
+        let c_prop = cstring(property).map_err(|_| Error::InvalidProperty {
+            dataset: ds.to_owned(),
+            property: property.to_owned(),
+            why: "contains NUL".into(),
+        })?;
+        let lib = self.lib();
+        let d = lib
+            .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
+            .map_err(|e| open_error(ds, "get property of", e))?;
+        match lib.prop_by_name(&c_prop) {
+            Some(p) => Ok(d.prop_string(p)),
+            None if property.contains(':') => Ok(d
+                .user_props()
+                .into_iter()
+                .find_map(|(k, v)| (k == property).then_some(v))),
+            None => Err(Error::InvalidProperty {
+                dataset: ds.to_owned(),
+                property: property.to_owned(),
+                why: "no such property".into(),
+            }),
+        }
+    }
+
+    /// The `volsize` of many volumes at once, without the libzfs lock: one
+    /// read-only channel program per pool (libzfs_core,
+    /// `lzc_channel_program_nosync`) reads them all in one ioctl, up to
+    /// 1000 names each. The map holds every name that is an existing
+    /// volume; a missing dataset or a filesystem is left out.
+    pub fn volsizes(&self, names: &[DatasetName]) -> Result<BTreeMap<DatasetName, u64>, Error> {
+        const PROGRAM: &std::ffi::CStr = c"args = ...
+out = {}
+for name, _ in pairs(args['names']) do
+  if zfs.exists(name) and zfs.get_prop(name, 'type') == 'volume' then
+    out[name] = zfs.get_prop(name, 'volsize')
+  end
+end
+return out
+";
+        let mut by_pool: BTreeMap<&str, Vec<&DatasetName>> = BTreeMap::new();
+        for n in names {
+            by_pool.entry(n.pool()).or_default().push(n);
+        }
+        let mut sizes = BTreeMap::new();
+        for (pool, group) in by_pool {
+            for chunk in group.chunks(1000) {
+                let mut list = new_nvlist(pool)?;
+                for n in chunk {
+                    list.add_string(n.as_str(), n.as_str())
+                        .map_err(|e| kernel(n.as_str(), "read volsize of", e))?;
+                }
+                let mut args = new_nvlist(pool)?;
+                args.add_nvlist("names", &list)
+                    .map_err(|e| kernel(pool, "read volsizes in", e))?;
+                let out = self
+                    .lzc
+                    .program_nosync(&c_string(pool, pool)?, PROGRAM, &args)
+                    .map_err(|(e, text)| match e {
+                        errno::ENOENT => Error::PoolNotFound {
+                            pool: pool.to_owned(),
+                            dataset: pool.to_owned(),
+                        },
+                        e => Error::Libzfs {
+                            dataset: pool.to_owned(),
+                            op: "read volsizes in",
+                            code: e,
+                            message: format!("channel program failed: {text}"),
+                        },
+                    })?;
+                for (key, value) in out.as_ref().entries() {
+                    if key != "return" {
+                        continue;
+                    }
+                    if let ffi::NvValue::List(ret) = value {
+                        for (name, v) in ret.entries() {
+                            if let (ffi::NvValue::I64(size), Ok(n)) = (v, DatasetName::new(&name)) {
+                                sizes.insert(n, size as u64);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(sizes)
+    }
+
     /// Sets a property as `zfs set name=value` would (libzfs translates the
     /// value); `volsize` goes through [`Zfs::set_volsize`].
     pub fn set_property(
@@ -526,36 +616,40 @@ impl Zfs {
     }
 
     /// The volumes exactly one level below `parent` (not deeper, no
-    /// filesystems), sorted by name.
+    /// filesystems), sorted by name. ZFS also allows a space in names; a
+    /// volume whose name breaks [`check_dataset_name`] is left out, as
+    /// nothing here can manage it.
     pub fn list_zvols(&self, parent: &DatasetName) -> Result<Vec<DatasetName>, Error> {
         let ds = parent.as_str();
         let lib = self.lib();
         let d = lib
             .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
             .map_err(|e| open_error(ds, "list", e))?;
-        let mut out = Vec::new();
-        for (child, t) in d.children().map_err(|e| kernel(ds, "list", e))? {
-            if t == ffi::TYPE_VOLUME {
-                out.push(DatasetName::new(&child)?);
-            }
-        }
+        let mut out: Vec<DatasetName> = d
+            .children()
+            .map_err(|e| kernel(ds, "list", e))?
+            .into_iter()
+            .filter(|(_, t)| *t == ffi::TYPE_VOLUME)
+            .filter_map(|(child, _)| DatasetName::new(&child).ok())
+            .collect();
         out.sort();
         Ok(out)
     }
 
-    /// The snapshots of a dataset, sorted by name.
+    /// The snapshots of a dataset, sorted by name (those whose names break
+    /// the naming rules left out; [`Zfs::destroy`] still names them all).
     pub fn snapshots(&self, name: &DatasetName) -> Result<Vec<SnapshotName>, Error> {
         let ds = name.as_str();
         let lib = self.lib();
         let d = lib
             .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
             .map_err(|e| open_error(ds, "list snapshots of", e))?;
-        let mut out = d
+        let mut out: Vec<SnapshotName> = d
             .snapshots()
             .map_err(|e| kernel(ds, "list snapshots of", e))?
             .iter()
-            .map(|s| SnapshotName::new(s))
-            .collect::<Result<Vec<_>, _>>()?;
+            .filter_map(|s| SnapshotName::new(s).ok())
+            .collect();
         out.sort();
         Ok(out)
     }
