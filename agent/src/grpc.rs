@@ -614,3 +614,58 @@ impl AgentService for AgentGrpc {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VG_UUID: &str = "Xk3pQm-1aB2-c3D4-e5F6-g7H8-i9J0-Kl1mNo";
+    const LV_UUID: &str = "Rt7uVw-2cD3-e4F5-g6H7-i8J9-k0L1-Mn2oPq";
+
+    fn request(zvol: &str, lv: Option<(&str, &str)>, policy: &str) -> pb::CreateVolumeRequest {
+        pb::CreateVolumeRequest {
+            volume_id: "data-vg/legacy".into(),
+            import_zvol: zvol.into(),
+            import_lv: lv.map(|(vg, lv)| lvm_identity(vg, lv, VG_UUID, LV_UUID)),
+            import_lv_policy: policy.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn import_fields_become_one_checked_source() -> Result<(), AgentError> {
+        assert_eq!(import_source(&request("", None, ""))?, None);
+        assert_eq!(
+            import_source(&request("tank/k8s/v", None, ""))?,
+            Some(ImportSource::Zvol {
+                dataset: "tank/k8s/v".into()
+            })
+        );
+        let Some(ImportSource::Lv { identity, policy }) =
+            import_source(&request("", Some(("data-vg", "legacy")), ""))?
+        else {
+            panic!("an LV source");
+        };
+        assert_eq!(identity.lv_uuid.as_str(), LV_UUID);
+        assert_eq!(policy, sys::adopt::LvPolicy::PreserveOriginal);
+        assert!(matches!(
+            import_source(&request("", Some(("data-vg", "legacy")), "Managed"))?,
+            Some(ImportSource::Lv {
+                policy: sys::adopt::LvPolicy::Managed,
+                ..
+            })
+        ));
+        for bad in [
+            request("tank/k8s/v", Some(("data-vg", "legacy")), ""),
+            request("", Some(("data-vg", "legacy")), "managed"),
+            request("", Some(("data-vg", "a/b")), ""),
+            request("", Some(("data vg", "legacy")), ""),
+        ] {
+            assert!(
+                matches!(import_source(&bad), Err(AgentError::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+        Ok(())
+    }
+}

@@ -720,7 +720,7 @@ async fn adopt_lv_refusals_come_from_their_real_causes() -> R {
     // inactive
     let n = format!("n{u}");
     sh(&format!(
-        "lvcreate -q -y -L 16M -n {n} {vg} && lvchange -q -an {vg}/{n}"
+        "lvcreate -q -y -L 16M -n {n} {vg} && lvchange -q -ky {vg}/{n} && lvchange -q -an {vg}/{n}"
     ));
     let attr = sh(&format!("lvs --noheadings -o lv_attr {vg}/{n}"));
     assert_eq!(
