@@ -286,6 +286,20 @@ impl MarkStore {
             .map_err(io_err(&self.dir))
     }
 
+    /// Removes the mark of `volume_id` (only to undo an intent this agent
+    /// just wrote); absent is fine.
+    pub fn remove(&self, volume_id: &str) -> Result<(), MarkError> {
+        let path = self.path(volume_id)?;
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+        fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(&self.dir))
+    }
+
     /// Every volume ID with a mark file, sorted.
     pub fn volume_ids(&self) -> Result<Vec<String>, MarkError> {
         let mut ids = Vec::new();

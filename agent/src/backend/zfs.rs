@@ -9,8 +9,9 @@ use crate::{
 use std::{sync::Arc, time::Duration};
 use sys::zfs::{DatasetName, DatasetType, Provisioning, SnapshotName, Zfs, ZvolSpec};
 
-/// How long a new zvol's device node may take to appear.
-const DEVICE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a new zvol's device node may take to appear (udev is slow when
+/// many volumes are created at once).
+const DEVICE_TIMEOUT: Duration = Duration::from_secs(90);
 /// ZFS's default `volblocksize` since 2.2, used to round sizes up.
 const DEFAULT_VOLBLOCKSIZE: u64 = 16 * 1024;
 
@@ -133,7 +134,9 @@ impl Backend for ZfsBackend {
             return Ok((at.clone(), existing));
         }
         self.zfs.create_zvol(&spec)?;
-        Ok((at.clone(), self.state(&name, true)?))
+        // The device node is waited for when the volume is exported, so a
+        // slow udev never turns a created volume into a failed create.
+        Ok((at.clone(), self.state(&name, false)?))
     }
 
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError> {

@@ -297,6 +297,8 @@ impl Agent {
                 describe(pin)
             )));
         }
+        // The mark as it is on disk, put back if the create fails.
+        let mut prior = None;
         let target = match mark.backend.clone() {
             Some(recorded) => recorded,
             None => {
@@ -313,14 +315,31 @@ impl Agent {
                 }
                 // Record the intent first, so a crash between the create
                 // and the mark leaves a volume this agent knows it made.
+                let (marks, key) = (self.marks.clone(), id.as_str().to_owned());
+                prior = Some(tokio::task::spawn_blocking(move || marks.load(&key)).await??);
                 mark.backend = Some(at.clone());
                 self.save(mark.clone()).await?;
                 at
             }
         };
         let b = backend.clone();
-        let (record, state) =
-            tokio::task::spawn_blocking(move || b.create(&target, bytes, &options)).await??;
+        let created =
+            tokio::task::spawn_blocking(move || b.create(&target, bytes, &options)).await?;
+        let (record, state) = match created {
+            Ok(done) => done,
+            Err(e) => {
+                // A create that failed (bad options, no space) changes nothing.
+                if let Some(prior) = prior {
+                    let (marks, key) = (self.marks.clone(), id.as_str().to_owned());
+                    tokio::task::spawn_blocking(move || match prior {
+                        Some(p) => marks.save(&p),
+                        None => marks.remove(&key),
+                    })
+                    .await??;
+                }
+                return Err(e);
+            }
+        };
         mark.backend = Some(record);
         self.save(mark).await?;
         info!(volume = %id, bytes = state.capacity_bytes, "volume created");

@@ -11,6 +11,8 @@ use std::{
 
 #[derive(Default)]
 struct SimBackend {
+    /// Refuse the next create as bad input, as a real backend refuses a bad property.
+    fail_next: std::sync::atomic::AtomicBool,
     volumes: Mutex<BTreeMap<String, u64>>,
     created: Mutex<u32>,
     destroyed: Mutex<u32>,
@@ -34,6 +36,14 @@ impl Backend for SimBackend {
         bytes: u64,
         _: &CreateOptions,
     ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        if self
+            .fail_next
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(AgentError::InvalidArgument(
+                "zfs property sparse=\"maybe\": must be true or false".into(),
+            ));
+        }
         let name = format!("{at:?}");
         let mut v = self
             .volumes
@@ -379,6 +389,27 @@ async fn bad_input_is_refused_before_anything() -> Result<(), AgentError> {
             "{id:?}: {r:?}"
         );
     }
+    f.backend
+        .fail_next
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let failed = a
+        .create_volume(
+            "tank/v",
+            None,
+            10,
+            CreateOptions::default(),
+            tok("u1", 1).as_ref(),
+        )
+        .await;
+    assert!(
+        matches!(failed, Err(AgentError::InvalidArgument(_))),
+        "{failed:?}"
+    );
+    assert_eq!(
+        a.marks().volume_ids()?,
+        Vec::<String>::new(),
+        "a failed create leaves no mark"
+    );
     let zero = a
         .create_volume(
             "tank/v",
