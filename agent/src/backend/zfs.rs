@@ -134,9 +134,16 @@ impl Backend for ZfsBackend {
             return Ok((at.clone(), existing));
         }
         self.zfs.create_zvol(&spec)?;
-        // The device node is waited for when the volume is exported, so a
-        // slow udev never turns a created volume into a failed create.
-        Ok((at.clone(), self.state(&name, false)?))
+        // Wait for the device node, but a slow udev never turns a created
+        // volume into a failed create: export waits for the node again.
+        let state = match self.state(&name, true) {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(volume = %name, error = %e, "created; its device node is not there yet");
+                self.state(&name, false)?
+            }
+        };
+        Ok((at.clone(), state))
     }
 
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError> {
