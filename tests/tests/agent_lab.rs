@@ -1397,3 +1397,154 @@ async fn agent_lvm_linear_and_thin_lvs_round_trip_over_nvme_tcp_and_iscsi() -> R
     assert_eq!(thin_pool.len(), 1, "the thin pool stays: {thin_pool:?}");
     Ok(())
 }
+
+/// Waits up to `limit` for `check` to return true, polling every 250 ms.
+async fn eventually(
+    limit: std::time::Duration,
+    mut check: impl FnMut() -> Result<bool>,
+) -> Result<bool> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if check()? {
+            return Ok(true);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    check()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn agent_periodic_resync_repairs_out_of_band_changes_and_leaves_others_alone() -> Result<()> {
+    let lab = Lab::get();
+    let parent = ZfsParent::create(&lab, "agent-resync")?;
+    let mut config = AgentConfig::new(
+        &lab,
+        &lab.unique("agent-resync"),
+        vec![parent.backend()],
+        NVME_PORT,
+        ISCSI_PORT,
+    )?;
+    config.resync_interval_seconds = Some(2);
+    let agent = AgentProcess::start(config).await?;
+    let mut c = agent.client().await?;
+    let uid_n = lab.unique("uid");
+    let uid_i = lab.unique("uid");
+    let id_n = format!("{}/{}", lab.pool, lab.unique("vol-nvme"));
+    let id_i = format!("{}/{}", lab.pool, lab.unique("vol-iscsi"));
+    for (id, uid) in [(&id_n, &uid_n), (&id_i, &uid_i)] {
+        c.create_volume(create_request(id, fence(uid, 1))).await?;
+    }
+    let host = host_nqn(&lab, "host");
+    let intruder = host_nqn(&lab, "intruder");
+    let iqn = iscsi::initiator_name()?;
+    let nqn = c
+        .export_volume(export_request(&id_n, NVME, &[&host], fence(&uid_n, 1)))
+        .await?
+        .into_inner()
+        .target_id;
+    let target = c
+        .export_volume(export_request(&id_i, ISCSI, &[&iqn], fence(&uid_i, 1)))
+        .await?
+        .into_inner()
+        .target_id;
+    let nvmet = nvmet::Nvmet::open()?;
+    let lio = lio::Lio::open()?;
+    let nqn_t = nvmet::Nqn::new(&nqn)?;
+    let iqn_t = lio::Iqn::new(&target)?;
+    let sub_before = nvmet.read()?.subsystems[&nqn_t].clone();
+    let target_before = lio.read()?.targets[&iqn_t].clone();
+
+    // Out of band, as an operator's shell would: the allowed host unlinked
+    // and another host linked in its place, the namespace disabled, the
+    // iSCSI target removed, and a subsystem the agent does not own added.
+    let root = "/sys/kernel/config/nvmet";
+    let foreign = format!("nqn.2026-01.org.example.lab:{}", lab.unique("foreign"));
+    run(
+        "sh",
+        &[
+            "-ec",
+            &format!(
+                "rm {root}/subsystems/{nqn}/allowed_hosts/{host}
+                 mkdir -p {root}/hosts/{intruder}
+                 ln -s {root}/hosts/{intruder} {root}/subsystems/{nqn}/allowed_hosts/{intruder}
+                 echo 0 > {root}/subsystems/{nqn}/namespaces/1/enable
+                 mkdir {root}/subsystems/{foreign}"
+            ),
+        ],
+    )?;
+    lio.teardown(&lio::Teardown {
+        targets: [iqn_t.clone()].into(),
+        storage_objects: Default::default(),
+    })?;
+    let changed = nvmet.read()?.subsystems[&nqn_t].clone();
+    assert!(
+        changed.allowed_hosts.contains(&nvmet::Nqn::new(&intruder)?)
+            && !changed.namespaces.values().any(|ns| ns.enabled),
+        "the out-of-band changes took: {changed:?}"
+    );
+    assert!(!lio.read()?.targets.contains_key(&iqn_t));
+
+    // Within a few resync periods both exports are as the agent recorded them.
+    let repaired = eventually(std::time::Duration::from_secs(60), || {
+        let n = nvmet.read()?;
+        let l = lio.read()?;
+        Ok(n.subsystems.get(&nqn_t) == Some(&sub_before)
+            && l.targets.get(&iqn_t).map(|t| t.tpgs.len()) == Some(target_before.tpgs.len())
+            && l.targets[&iqn_t]
+                .tpgs
+                .values()
+                .all(|tpg| tpg.enabled && tpg.acls.keys().any(|a| a.as_str() == iqn)))
+    })
+    .await?;
+    assert!(
+        repaired,
+        "resync did not repair the exports within 60 s: nvmet {:?}, lio {:?}\n{}",
+        nvmet.read()?.subsystems.get(&nqn_t),
+        lio.read()?.targets.get(&iqn_t),
+        agent.log()
+    );
+    let present = nvmet.read()?;
+    assert!(
+        present.subsystems.contains_key(&nvmet::Nqn::new(&foreign)?),
+        "the resync removed a subsystem it does not own"
+    );
+
+    // The kernel serves the repaired exports: the recorded host connects,
+    // the intruder is refused, and iSCSI logs in again.
+    assert!(
+        Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &intruder).is_err(),
+        "the host linked out of band connected after the resync"
+    );
+    {
+        let conn = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &host)?;
+        let data = pattern(21, 1 << 20);
+        write_at(&conn.namespace_device(1)?, 0, &data)?;
+        assert!(read_at(&conn.namespace_device(1)?, 0, data.len())? == data);
+    }
+    {
+        let session = Session::login(&target, &format!("127.0.0.1:{ISCSI_PORT}"), None)?;
+        let data = pattern(22, 1 << 20);
+        write_at(&session.disk(0)?, 0, &data)?;
+        assert!(read_at(&session.disk(0)?, 0, data.len())? == data);
+    }
+
+    // Clean up: the foreign subsystem by hand, the volumes through the agent.
+    run(
+        "sh",
+        &[
+            "-ec",
+            &format!("rmdir {root}/subsystems/{foreign}; rmdir {root}/hosts/{intruder}"),
+        ],
+    )?;
+    for (id, uid) in [(&id_n, &uid_n), (&id_i, &uid_i)] {
+        c.delete_volume(pb::DeleteVolumeRequest {
+            volume_id: id.clone(),
+            backend_type: ZVOL,
+            fence: fence(uid, 1),
+        })
+        .await?;
+    }
+    assert_eq!(parent.children()?, Vec::<String>::new());
+    Ok(())
+}

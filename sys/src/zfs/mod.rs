@@ -41,6 +41,7 @@
 mod error;
 mod ffi;
 mod names;
+mod nodes;
 
 pub use error::Error;
 pub use names::{
@@ -725,10 +726,12 @@ impl Zfs {
     }
 
     /// Waits through udev, up to `timeout`, for the volume's device node;
-    /// returns `/dev/zvol/<name>`.
+    /// returns `/dev/zvol/<name>`. While it is missing, zvol devices that
+    /// udev left without their link are retriggered (udev loses events when
+    /// many zvols appear at once).
     pub fn wait_device(&self, name: &DatasetName, timeout: Duration) -> Result<PathBuf, Error> {
         let path = Self::device_path(name);
-        match crate::udev::wait_for_node(&path, timeout) {
+        match crate::udev::wait_for_node_nudging(&path, timeout, nodes::nudge_unlinked_zvols) {
             Ok(_) => Ok(path),
             Err(crate::udev::Error::Timeout { path, waited }) => Err(Error::DeviceTimeout {
                 dataset: name.to_string(),

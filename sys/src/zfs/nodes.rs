@@ -1,0 +1,106 @@
+//! zvol block devices that udev left without their `/dev/zvol/<name>` link,
+//! and the nudge that asks udev for them again (see [`crate::udev`]).
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    sync::Mutex,
+    time::Instant,
+};
+
+/// The zvol whole-disk devices (`zd0`, `zd16`, ...) under `sys_block`
+/// (`/sys/class/block`) that no symlink under `dev_zvol` (`/dev/zvol`)
+/// resolves to, as their sysfs paths.
+pub(crate) fn unlinked_zvol_devices(sys_block: &Path, dev_zvol: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(sys_block) else {
+        return Vec::new();
+    };
+    let mut linked = BTreeSet::new();
+    collect_link_targets(dev_zvol, &mut linked);
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.strip_prefix("zd")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                && !linked.contains(name.as_ref())
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The device names (`zd0`) the symlinks under `dir` resolve to.
+fn collect_link_targets(dir: &Path, out: &mut BTreeSet<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            collect_link_targets(&entry.path(), out);
+        } else if kind.is_symlink() {
+            if let Some(name) = entry
+                .path()
+                .canonicalize()
+                .ok()
+                .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+            {
+                out.insert(name);
+            }
+        }
+    }
+}
+
+/// When the last sweep ran; many waiters share one sweep per period.
+static LAST_SWEEP: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Asks udev again for every zvol device without its link, at most once per
+/// [`crate::udev::NUDGE_EVERY`] in this process however many waiters call.
+pub(crate) fn nudge_unlinked_zvols() {
+    {
+        let mut last = LAST_SWEEP.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|t| t.elapsed() < crate::udev::NUDGE_EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+    }
+    for dev in unlinked_zvol_devices(Path::new("/sys/class/block"), Path::new("/dev/zvol")) {
+        match crate::udev::retrigger(&dev) {
+            Ok(()) => {
+                tracing::info!(device = %dev.display(), "asked udev again for a zvol without its /dev/zvol link")
+            }
+            Err(e) => {
+                tracing::warn!(device = %dev.display(), error = %e, "could not retrigger udev")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::{fs, os::unix::fs::symlink};
+
+    #[test]
+    fn only_whole_zvol_disks_without_a_link_are_found() -> std::io::Result<()> {
+        let root = std::env::temp_dir().join(format!("zvol-nodes-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let (sys, dev, zvol) = (root.join("sys"), root.join("dev"), root.join("dev/zvol"));
+        fs::create_dir_all(&dev)?;
+        for d in ["zd0", "zd16", "zd16p1", "zd32", "sda", "zdx"] {
+            fs::create_dir_all(sys.join(d))?;
+            fs::write(dev.join(d), b"")?;
+        }
+        fs::create_dir_all(zvol.join("pool/parent"))?;
+        symlink(dev.join("zd0"), zvol.join("pool/parent/a"))?;
+        symlink(dev.join("zd16p1"), zvol.join("pool/parent/b-part1"))?;
+        symlink(dev.join("gone"), zvol.join("pool/dangling"))?;
+        let found = unlinked_zvol_devices(&sys, &zvol);
+        assert_eq!(found, vec![sys.join("zd16"), sys.join("zd32")]);
+        fs::remove_dir_all(&root)
+    }
+}
