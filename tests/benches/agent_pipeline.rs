@@ -159,14 +159,10 @@ async fn main() -> Result<()> {
     }
     let lab = Lab::get();
     let parent = ZfsParent::create(&lab, "bench-agent")?;
-    let mut agent = AgentProcess::start(AgentConfig::new(
-        &lab,
-        "bench",
-        vec![parent.backend()],
-        4450,
-        3270,
-    )?)
-    .await?;
+    let mut config = AgentConfig::new(&lab, "bench", vec![parent.backend()], 4450, 3270)?;
+    // No periodic resync: it would put back what the bench empties between steps.
+    config.resync_interval_seconds = Some(0);
+    let mut agent = AgentProcess::start(config).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle_kib = agent.pid().map(rss_kib).transpose()?.unwrap_or(0);
 

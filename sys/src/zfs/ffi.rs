@@ -327,6 +327,8 @@ unsafe impl Send for Libzfs {}
 pub(crate) const TYPE_FILESYSTEM: c_int = z::ZFS_TYPE_FILESYSTEM as c_int;
 pub(crate) const TYPE_SNAPSHOT: c_int = z::ZFS_TYPE_SNAPSHOT as c_int;
 pub(crate) const TYPE_VOLUME: c_int = z::ZFS_TYPE_VOLUME as c_int;
+/// A filesystem or a volume (not a snapshot), for `zfs_open`.
+pub(crate) const TYPE_DATASET: c_int = TYPE_FILESYSTEM | TYPE_VOLUME;
 
 impl Libzfs {
     /// `libzfs_init`; on failure the OS error it left in errno.

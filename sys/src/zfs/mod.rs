@@ -264,6 +264,22 @@ impl Zfs {
         self.libzfs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Runs `f` with the libzfs handle (locked) and `name` opened as one of
+    /// `types`; a failed open is the error of `op` on `name`.
+    fn with_open<T>(
+        &self,
+        name: &str,
+        types: c_int,
+        op: &'static str,
+        f: impl FnOnce(&Libzfs, &ffi::Dataset<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let lib = self.lib();
+        let d = lib
+            .open(&c_string(name, name)?, types)
+            .map_err(|e| open_error(name, op, e))?;
+        f(&lib, &d)
+    }
+
     /// Whether a dataset or snapshot of that name exists (libzfs_core, no
     /// lock).
     pub fn exists(&self, name: &str) -> bool {
@@ -359,11 +375,11 @@ impl Zfs {
                     })
                 }
                 Err(errno::EEXIST) => {
-                    self.refuse_dependents(name, &c_name)?;
+                    self.refuse_dependents(name)?;
                     return Err(kernel(ds, "destroy", errno::EEXIST));
                 }
                 Err(errno::EBUSY) => {
-                    self.refuse_dependents(name, &c_name)?;
+                    self.refuse_dependents(name)?;
                     // udev probes a new volume's device for a moment after
                     // it appears; a holder still there after the grace
                     // period is a real user (mount, export, open).
@@ -381,86 +397,78 @@ impl Zfs {
         }
     }
 
-    fn refuse_dependents(&self, name: &DatasetName, c_name: &CString) -> Result<(), Error> {
+    fn refuse_dependents(&self, name: &DatasetName) -> Result<(), Error> {
         let ds = name.as_str();
-        let lib = self.lib();
-        let d = lib
-            .open(c_name, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
-            .map_err(|e| open_error(ds, "destroy", e))?;
-        let snapshots = d
-            .snapshots()
-            .map_err(|e| kernel(ds, "list snapshots of", e))?;
-        let children: Vec<String> = d
-            .children()
-            .map_err(|e| kernel(ds, "list children of", e))?
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
-        if snapshots.is_empty() && children.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::HasDependents {
-                dataset: ds.to_owned(),
-                snapshots,
-                children,
-            })
-        }
+        self.with_open(ds, ffi::TYPE_DATASET, "destroy", |_, d| {
+            let snapshots = d
+                .snapshots()
+                .map_err(|e| kernel(ds, "list snapshots of", e))?;
+            let children: Vec<String> = d
+                .children()
+                .map_err(|e| kernel(ds, "list children of", e))?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
+            if snapshots.is_empty() && children.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::HasDependents {
+                    dataset: ds.to_owned(),
+                    snapshots,
+                    children,
+                })
+            }
+        })
     }
 
     /// A dataset's type, sizes, guid and user properties, in one open.
     pub fn get(&self, name: &DatasetName) -> Result<DatasetInfo, Error> {
         let ds = name.as_str();
-        let lib = self.lib();
-        let d = lib
-            .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
-            .map_err(|e| open_error(ds, "get", e))?;
-        let kind = DatasetType::from_raw(d.kind());
-        let vol = |p| {
-            (kind == DatasetType::Volume)
-                .then(|| d.prop_u64(p))
-                .flatten()
-        };
-        Ok(DatasetInfo {
-            name: ds.to_owned(),
-            kind,
-            volsize: vol(Prop::VOLSIZE),
-            volblocksize: vol(Prop::VOLBLOCKSIZE),
-            refreservation: d.prop_u64(Prop::REFRESERVATION),
-            used: d.prop_u64(Prop::USED),
-            guid: d.prop_u64(Prop::GUID),
-            origin: d
-                .prop_string(Prop::ORIGIN)
-                .filter(|o| !o.is_empty() && o != "-"),
-            user_properties: d.user_props().into_iter().collect(),
+        self.with_open(ds, ffi::TYPE_DATASET, "get", |_, d| {
+            let kind = DatasetType::from_raw(d.kind());
+            let vol = |p| {
+                (kind == DatasetType::Volume)
+                    .then(|| d.prop_u64(p))
+                    .flatten()
+            };
+            Ok(DatasetInfo {
+                name: ds.to_owned(),
+                kind,
+                volsize: vol(Prop::VOLSIZE),
+                volblocksize: vol(Prop::VOLBLOCKSIZE),
+                refreservation: d.prop_u64(Prop::REFRESERVATION),
+                used: d.prop_u64(Prop::USED),
+                guid: d.prop_u64(Prop::GUID),
+                origin: d
+                    .prop_string(Prop::ORIGIN)
+                    .filter(|o| !o.is_empty() && o != "-"),
+                user_properties: d.user_props().into_iter().collect(),
+            })
         })
     }
 
     /// A dataset's type.
     pub fn dataset_type(&self, name: &DatasetName) -> Result<DatasetType, Error> {
         let ds = name.as_str();
-        let lib = self.lib();
-        let d = lib
-            .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
-            .map_err(|e| open_error(ds, "get type of", e))?;
-        Ok(DatasetType::from_raw(d.kind()))
+        self.with_open(ds, ffi::TYPE_DATASET, "get type of", |_, d| {
+            Ok(DatasetType::from_raw(d.kind()))
+        })
     }
 
     /// A volume's `volsize` in bytes; a filesystem is [`Error::WrongType`].
     pub fn volsize(&self, name: &DatasetName) -> Result<u64, Error> {
         let ds = name.as_str();
-        let lib = self.lib();
-        let d = lib
-            .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
-            .map_err(|e| open_error(ds, "get volsize of", e))?;
-        let kind = DatasetType::from_raw(d.kind());
-        if kind != DatasetType::Volume {
-            return Err(wrong_type(ds, kind));
-        }
-        d.prop_u64(Prop::VOLSIZE).ok_or_else(|| Error::Libzfs {
-            dataset: ds.to_owned(),
-            op: "get volsize of",
-            code: 0,
-            message: "no volsize".into(),
+        self.with_open(ds, ffi::TYPE_DATASET, "get volsize of", |_, d| {
+            let kind = DatasetType::from_raw(d.kind());
+            if kind != DatasetType::Volume {
+                return Err(wrong_type(ds, kind));
+            }
+            d.prop_u64(Prop::VOLSIZE).ok_or_else(|| Error::Libzfs {
+                dataset: ds.to_owned(),
+                op: "get volsize of",
+                code: 0,
+                message: "no volsize".into(),
+            })
         })
     }
 
@@ -474,11 +482,9 @@ impl Zfs {
             property: property.to_owned(),
             why: "contains NUL".into(),
         })?;
-        let lib = self.lib();
-        let d = lib
-            .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
-            .map_err(|e| open_error(ds, "get property of", e))?;
-        match lib.prop_by_name(&c_prop) {
+        self.with_open(ds, ffi::TYPE_DATASET, "get property of", |lib, d| match lib
+            .prop_by_name(&c_prop)
+        {
             Some(p) => Ok(d.prop_string(p)),
             None if property.contains(':') => Ok(d
                 .user_props()
@@ -489,7 +495,7 @@ impl Zfs {
                 property: property.to_owned(),
                 why: "no such property".into(),
             }),
-        }
+        })
     }
 
     /// Sets a property as `zfs set name=value` would (libzfs translates the
@@ -515,12 +521,10 @@ impl Zfs {
         };
         let c_prop = cstring(property).map_err(|_| invalid("contains NUL"))?;
         let c_value = cstring(value).map_err(|_| invalid("value contains NUL"))?;
-        let lib = self.lib();
-        let d = lib
-            .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
-            .map_err(|e| open_error(ds, "set property of", e))?;
-        d.set_prop(&lib, &c_prop, &c_value)
-            .map_err(|e| libzfs(ds, "set property of", e))
+        self.with_open(ds, ffi::TYPE_DATASET, "set property of", |lib, d| {
+            d.set_prop(&lib, &c_prop, &c_value)
+                .map_err(|e| libzfs(ds, "set property of", e))
+        })
     }
 
     /// Grows a volume to `new_size` bytes (a multiple of its block size).
@@ -528,30 +532,28 @@ impl Zfs {
     /// volume's reservation grows with it, as `zfs set volsize` does.
     pub fn set_volsize(&self, name: &DatasetName, new_size: u64) -> Result<(), Error> {
         let ds = name.as_str();
-        let lib = self.lib();
-        let d = lib
-            .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
-            .map_err(|e| open_error(ds, "resize", e))?;
-        let kind = DatasetType::from_raw(d.kind());
-        if kind != DatasetType::Volume {
-            return Err(wrong_type(ds, kind));
-        }
-        let current = d.prop_u64(Prop::VOLSIZE).unwrap_or(0);
-        if new_size < current {
-            return Err(Error::Shrink {
-                dataset: ds.to_owned(),
-                current,
-                requested: new_size,
-            });
-        }
-        if new_size == current {
-            return Ok(());
-        }
-        let bs = d.prop_u64(Prop::VOLBLOCKSIZE).unwrap_or(1);
-        check_volume_size(ds, new_size, Some(bs), bs)?;
-        let value = c_string(ds, &new_size.to_string())?;
-        d.set_prop(&lib, c"volsize", &value)
-            .map_err(|e| libzfs(ds, "resize", e))
+        self.with_open(ds, ffi::TYPE_DATASET, "resize", |lib, d| {
+            let kind = DatasetType::from_raw(d.kind());
+            if kind != DatasetType::Volume {
+                return Err(wrong_type(ds, kind));
+            }
+            let current = d.prop_u64(Prop::VOLSIZE).unwrap_or(0);
+            if new_size < current {
+                return Err(Error::Shrink {
+                    dataset: ds.to_owned(),
+                    current,
+                    requested: new_size,
+                });
+            }
+            if new_size == current {
+                return Ok(());
+            }
+            let bs = d.prop_u64(Prop::VOLBLOCKSIZE).unwrap_or(1);
+            check_volume_size(ds, new_size, Some(bs), bs)?;
+            let value = c_string(ds, &new_size.to_string())?;
+            d.set_prop(&lib, c"volsize", &value)
+                .map_err(|e| libzfs(ds, "resize", e))
+        })
     }
 
     /// The volumes exactly one level below `parent` (not deeper, no
@@ -560,37 +562,33 @@ impl Zfs {
     /// nothing here can manage it.
     pub fn list_zvols(&self, parent: &DatasetName) -> Result<Vec<DatasetName>, Error> {
         let ds = parent.as_str();
-        let lib = self.lib();
-        let d = lib
-            .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
-            .map_err(|e| open_error(ds, "list", e))?;
-        let mut out: Vec<DatasetName> = d
-            .children()
-            .map_err(|e| kernel(ds, "list", e))?
-            .into_iter()
-            .filter(|(_, t)| *t == ffi::TYPE_VOLUME)
-            .filter_map(|(child, _)| DatasetName::new(&child).ok())
-            .collect();
-        out.sort();
-        Ok(out)
+        self.with_open(ds, ffi::TYPE_DATASET, "list", |_, d| {
+            let mut out: Vec<DatasetName> = d
+                .children()
+                .map_err(|e| kernel(ds, "list", e))?
+                .into_iter()
+                .filter(|(_, t)| *t == ffi::TYPE_VOLUME)
+                .filter_map(|(child, _)| DatasetName::new(&child).ok())
+                .collect();
+            out.sort();
+            Ok(out)
+        })
     }
 
     /// The snapshots of a dataset, sorted by name (those whose names break
     /// the naming rules left out; [`Zfs::destroy`] still names them all).
     pub fn snapshots(&self, name: &DatasetName) -> Result<Vec<SnapshotName>, Error> {
         let ds = name.as_str();
-        let lib = self.lib();
-        let d = lib
-            .open(&c_string(ds, ds)?, ffi::TYPE_FILESYSTEM | ffi::TYPE_VOLUME)
-            .map_err(|e| open_error(ds, "list snapshots of", e))?;
-        let mut out: Vec<SnapshotName> = d
-            .snapshots()
-            .map_err(|e| kernel(ds, "list snapshots of", e))?
-            .iter()
-            .filter_map(|s| SnapshotName::new(s).ok())
-            .collect();
-        out.sort();
-        Ok(out)
+        self.with_open(ds, ffi::TYPE_DATASET, "list snapshots of", |_, d| {
+            let mut out: Vec<SnapshotName> = d
+                .snapshots()
+                .map_err(|e| kernel(ds, "list snapshots of", e))?
+                .iter()
+                .filter_map(|s| SnapshotName::new(s).ok())
+                .collect();
+            out.sort();
+            Ok(out)
+        })
     }
 
     /// A pool's size, free and allocated bytes.
@@ -706,18 +704,16 @@ impl Zfs {
     /// The clones of a snapshot (its `clones` property).
     fn clones_of(&self, snap: &SnapshotName) -> Result<Vec<String>, Error> {
         let s = snap.as_str();
-        let lib = self.lib();
-        let d = lib
-            .open(&c_string(s, s)?, ffi::TYPE_SNAPSHOT)
-            .map_err(|e| open_error(s, "destroy", e))?;
-        Ok(d.prop_string(Prop::CLONES)
-            .map(|c| {
-                c.split(',')
-                    .filter(|x| !x.is_empty())
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default())
+        self.with_open(s, ffi::TYPE_SNAPSHOT, "destroy", |_, d| {
+            Ok(d.prop_string(Prop::CLONES)
+                .map(|c| {
+                    c.split(',')
+                        .filter(|x| !x.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default())
+        })
     }
 
     /// The device node of a volume, `/dev/zvol/<name>` (not waited for).
