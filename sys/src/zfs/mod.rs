@@ -522,7 +522,7 @@ impl Zfs {
         let c_prop = cstring(property).map_err(|_| invalid("contains NUL"))?;
         let c_value = cstring(value).map_err(|_| invalid("value contains NUL"))?;
         self.with_open(ds, ffi::TYPE_DATASET, "set property of", |lib, d| {
-            d.set_prop(&lib, &c_prop, &c_value)
+            d.set_prop(lib, &c_prop, &c_value)
                 .map_err(|e| libzfs(ds, "set property of", e))
         })
     }
@@ -551,7 +551,7 @@ impl Zfs {
             let bs = d.prop_u64(Prop::VOLBLOCKSIZE).unwrap_or(1);
             check_volume_size(ds, new_size, Some(bs), bs)?;
             let value = c_string(ds, &new_size.to_string())?;
-            d.set_prop(&lib, c"volsize", &value)
+            d.set_prop(lib, c"volsize", &value)
                 .map_err(|e| libzfs(ds, "resize", e))
         })
     }
