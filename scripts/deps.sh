@@ -80,4 +80,11 @@ if ! command -v vng >/dev/null 2>&1; then
   pip install -q virtme-ng
 fi
 command -v vng >/dev/null || { echo "deps: vng not on PATH after pip install" >&2; exit 1; }
+# The independent gRPC JSON client of the InspectVolume lab test
+# (tests/lab/inspect.py): grpcurl is not packaged, so Python grpcio and
+# grpc_tools.protoc stand in for it. The guest uses this same interpreter.
+if ! python3 -c 'import grpc, grpc_tools.protoc, google.protobuf.json_format' >/dev/null 2>&1; then
+  pip install -q grpcio grpcio-tools
+fi
+python3 -c 'import grpc, grpc_tools.protoc' || { echo "deps: python3 cannot import grpc and grpc_tools after pip install" >&2; exit 1; }
 echo "deps: ready (kernel $(ls /lib/modules | sort -V | tail -n1))"

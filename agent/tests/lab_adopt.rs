@@ -1,7 +1,10 @@
 //! Adoption in the kernel lab: zvol import, LV adoption under both policies,
 //! every agent-side refusal produced by its real cause, and InspectVolume
-//! compared with what the kernel shows. The agent runs in-process over the
-//! real backends (libzfs, liblvm2cmd) and kernel targets (nvmet, LIO).
+//! compared with what the kernel shows. Most tests run the agent in-process
+//! over the real backends (libzfs, liblvm2cmd) and kernel targets (nvmet,
+//! LIO); the `adopt_lv_grpc_*` and `adopt_lv_inspect_json_*` tests run the
+//! `pillar-csi agent` binary and call it over gRPC, the last through an
+//! independent Python client (`tests/lab/agent_json.py`) in place of grpcurl.
 //!
 //! Run with `tests/lab/run tests -- adopt_`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -14,7 +17,12 @@ use pillar_csi_agent::{
     marks::{ExportRecord, MarkStore},
     service::Agent,
 };
-use pillar_csi_lab::{cmd::run, env::Lab, nvme::Connection};
+use pillar_csi_lab::{
+    agent::{pb, AgentConfig, AgentProcess},
+    cmd::run,
+    env::Lab,
+    nvme::Connection,
+};
 use std::{
     fs,
     net::IpAddr,
@@ -23,6 +31,7 @@ use std::{
     sync::{Arc, OnceLock},
 };
 use sys::adopt::{LvIdentity, LvPolicy};
+use tonic::Code;
 
 type R = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -781,5 +790,516 @@ async fn adopt_lv_refusals_come_from_their_real_causes() -> R {
     assert!(matches!(e, AgentError::Internal(_)), "{e}");
 
     sh(&format!("lvremove -q -y {vg}/{b} {vg}/{t} {vg}/{n}"));
+    Ok(())
+}
+
+// ---------------------------------------------------------------- over gRPC
+//
+// The tests below run the `pillar-csi agent` binary as a child process and
+// call it over gRPC, as the controller (and an operator's grpcurl) does.
+
+/// NVMe/TCP and iSCSI ports of the agent processes: the same as the
+/// end-to-end tests' (`tests/tests/agent_lab.rs`), so the agent's nvmet port
+/// 1 always listens where it did before.
+const GRPC_NVME_PORT: u16 = 4430;
+const GRPC_ISCSI_PORT: u16 = 3270;
+const LVM: i32 = pb::BackendType::Lvm as i32;
+
+/// A plaintext agent process serving `backend` (`lvm=<vg>[/<thin>]`).
+async fn agent_process(lab: &Lab, name: &str, backend: String) -> AgentProcess {
+    let config = AgentConfig::new(
+        lab,
+        &lab.unique(name),
+        vec![backend],
+        GRPC_NVME_PORT,
+        GRPC_ISCSI_PORT,
+    )
+    .unwrap();
+    AgentProcess::start(config).await.unwrap()
+}
+
+fn fence(uid: &str, generation: u64) -> Option<pb::FenceToken> {
+    Some(pb::FenceToken {
+        volume_uid: uid.into(),
+        generation,
+    })
+}
+
+/// CreateVolume adopting `identity` under PreserveOriginal (the default).
+fn import_request(identity: &LvIdentity, uid: &str) -> pb::CreateVolumeRequest {
+    pb::CreateVolumeRequest {
+        volume_id: format!("{}/{}", identity.vg, identity.lv),
+        backend_type: LVM,
+        capacity_bytes: 1 << 20,
+        fence: fence(uid, 1),
+        import_lv: Some(pb::LvmIdentity {
+            volume_group: identity.vg.as_str().into(),
+            logical_volume: identity.lv.as_str().into(),
+            volume_group_uuid: identity.vg_uuid.as_str().into(),
+            logical_volume_uuid: identity.lv_uuid.as_str().into(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The message of a refusal, checked to be FAILED_PRECONDITION.
+fn grpc_refusal<T: std::fmt::Debug>(r: Result<tonic::Response<T>, tonic::Status>) -> String {
+    match r {
+        Ok(v) => panic!("expected a refusal, the call succeeded: {:?}", v.get_ref()),
+        Err(s) => {
+            assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
+            s.message().to_owned()
+        }
+    }
+}
+
+/// Appends an observed refusal to `refusals.txt` in the lab's work folder.
+fn note(lab: &Lab, message: &str) {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(lab.work.join("refusals.txt"))
+        .unwrap();
+    writeln!(f, "{message}").unwrap();
+}
+
+/// The agent's mark file for a volume ID.
+fn mark_file(agent: &AgentProcess, id: &str) -> PathBuf {
+    agent
+        .config()
+        .state_dir
+        .join(format!("{}.mark.json", pillar_csi_agent::marks::encode(id)))
+}
+
+/// Everything a refused import must leave as it was: the agent's state
+/// folder (names and bytes), the LV as lvs reports it (names, UUIDs,
+/// attributes, size), the nvmet and LIO configfs trees, and the mounts.
+#[derive(Debug, PartialEq)]
+struct Unchanged {
+    marks: Vec<(String, Vec<u8>)>,
+    lv: String,
+    nvmet: nvmet::State,
+    lio: lio::State,
+    mounts: String,
+}
+
+fn unchanged(agent: &AgentProcess, vg: &str, lv: &str) -> Unchanged {
+    let mut marks = Vec::new();
+    for entry in fs::read_dir(&agent.config().state_dir).unwrap() {
+        let entry = entry.unwrap();
+        marks.push((
+            entry.file_name().to_string_lossy().into_owned(),
+            fs::read(entry.path()).unwrap(),
+        ));
+    }
+    marks.sort();
+    Unchanged {
+        marks,
+        lv: sh(&format!(
+            "lvs --noheadings --units b --nosuffix -o vg_name,lv_name,vg_uuid,lv_uuid,lv_attr,lv_size {vg}/{lv}"
+        )),
+        nvmet: nvmet::Nvmet::open().unwrap().read().unwrap(),
+        lio: lio::Lio::open().unwrap().read().unwrap(),
+        mounts: fs::read_to_string("/proc/self/mounts").unwrap(),
+    }
+}
+
+/// A volume group on its own loop device, for a test that re-creates it;
+/// removed with its LVs when dropped.
+struct ScratchVg {
+    vg: String,
+    loopdev: String,
+    img: PathBuf,
+}
+
+impl ScratchVg {
+    fn create(lab: &Lab) -> Self {
+        let vg = lab.unique("scratchvg").replace('-', "_");
+        let img = lab.work.join(format!("{vg}.img"));
+        sh(&format!("truncate -s 64M {}", img.display()));
+        let loopdev = sh(&format!("losetup -f --show {}", img.display()))
+            .trim()
+            .to_owned();
+        sh(&format!(
+            "pvcreate -q {loopdev} && vgcreate -q {vg} {loopdev}"
+        ));
+        Self { vg, loopdev, img }
+    }
+}
+
+impl Drop for ScratchVg {
+    fn drop(&mut self) {
+        let _ = run("vgremove", &["-q", "-f", &self.vg]);
+        let _ = run("pvremove", &["-q", "-f", &self.loopdev]);
+        let _ = run("losetup", &["-d", &self.loopdev]);
+        let _ = fs::remove_file(&self.img);
+    }
+}
+
+/// A VG UUID mismatch from its real cause: the volume group was removed and
+/// created again under the same name (and the LV under its old name), so the
+/// pin taken before names a VG UUID that no longer exists. The refusal
+/// names the VG; nothing is recorded or changed; the current identity then
+/// imports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the kernel lab"]
+async fn adopt_lv_grpc_refuses_the_pin_of_a_recreated_volume_group() -> R {
+    let lab = Lab::get();
+    let scratch = ScratchVg::create(&lab);
+    let vg = scratch.vg.clone();
+    sh(&format!("lvcreate -q -y -L 16M -n legacy {vg}"));
+    let old = lv_identity(&vg, "legacy");
+    sh(&format!(
+        "vgremove -q -f {vg} && vgcreate -q {vg} {dev} && lvcreate -q -y -L 16M -n legacy {vg}",
+        dev = scratch.loopdev
+    ));
+    settle();
+    let new = lv_identity(&vg, "legacy");
+    assert_ne!(old.vg_uuid, new.vg_uuid, "vgcreate gives a new VG UUID");
+
+    let agent = agent_process(&lab, "adopt-vg", format!("lvm={vg}")).await;
+    let mut client = agent.client().await?;
+    let id = format!("{vg}/legacy");
+    let why = format!(
+        "import of volume {id} refused: identity: volume group {vg} has UUID {}, not the pinned {}; it is another volume group",
+        new.vg_uuid, old.vg_uuid
+    );
+    // The whole old pin, and the current LV UUID with the old VG UUID: the
+    // VG is checked first, so both name the volume group.
+    let mut only_vg = new.clone();
+    only_vg.vg_uuid = old.vg_uuid.clone();
+    for pin in [&old, &only_vg] {
+        let before = unchanged(&agent, &vg, "legacy");
+        let r = client.create_volume(import_request(pin, "uid-vg")).await;
+        let message = grpc_refusal(r);
+        note(&lab, &message);
+        assert_eq!(message, why);
+        assert!(!mark_file(&agent, &id).exists(), "no fence mark written");
+        assert_eq!(unchanged(&agent, &vg, "legacy"), before);
+        assert_eq!(lv_identity(&vg, "legacy"), new);
+    }
+    // The current identity is adopted: the refusals came from the pin alone.
+    client.create_volume(import_request(&new, "uid-vg")).await?;
+    assert!(mark_file(&agent, &id).exists());
+    drop(agent);
+    drop(scratch);
+    Ok(())
+}
+
+/// An LV used on the storage node by a LIO iblock backstore, an nvmet
+/// namespace and a mount, each made directly (configfs, mount) and not by
+/// the agent; the LIO and nvmet users name the LV by its /dev/<vg>/<lv>
+/// path and by another name of the device (/dev/mapper, /dev/dm-N).
+/// CreateVolume with import_lv over gRPC refuses with the sentence naming
+/// that user, and changes nothing (no mark, the LV, configfs and the mount
+/// as they were). Once the users are gone the import succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the kernel lab"]
+async fn adopt_lv_grpc_refuses_lv_used_by_lio_nvmet_or_a_mount() -> R {
+    let lab = Lab::get();
+    let vg = lab.vg.clone();
+    let name = lab.unique("busy").replace('-', "_");
+    sh(&format!("lvcreate -q -y -L 32M -n {name} {vg}"));
+    settle();
+    let dev = format!("/dev/{vg}/{name}");
+    let mnt = mkdir_tmp();
+    sh(&format!(
+        "mkfs.ext4 -q {dev} && mount {dev} {m} && printf 'legacy data\\n' > {m}/data.txt && umount {m}",
+        m = mnt.display()
+    ));
+    let id = format!("{vg}/{name}");
+    let ident = lv_identity(&vg, &name);
+    let agent = agent_process(&lab, "adopt-busy", format!("lvm={vg}")).await;
+    let mut client = agent.client().await?;
+    let refused = |why: String| format!("import of volume {id} refused: {why}");
+    let pid = std::process::id();
+
+    // The LV's own path and another name of the same device, as an old
+    // driver may have written it: users are matched by device number.
+    let mapper = format!("/dev/mapper/{vg}-{name}");
+    let dm = fs::canonicalize(&dev)?.display().to_string();
+
+    // A LIO iblock backstore on the LV (enabled: LIO opens it).
+    let hba = "/sys/kernel/config/target/core/iblock_72";
+    for path in [&dev, &mapper] {
+        let core = format!("{hba}/old-{pid}");
+        sh(&format!(
+            "mkdir -p {core} && echo udev_path={path} > {core}/control && printf %s {path} > {core}/udev_path && echo 1 > {core}/enable"
+        ));
+        let before = unchanged(&agent, &vg, &name);
+        let r = client
+            .create_volume(import_request(&ident, "uid-busy"))
+            .await;
+        let after = unchanged(&agent, &vg, &name);
+        let marked = mark_file(&agent, &id).exists();
+        sh(&format!("rmdir {core} && rmdir {hba}"));
+        let message = grpc_refusal(r);
+        note(&lab, &message);
+        assert_eq!(
+            message,
+            refused(format!("in use: LIO backstore iblock_72/old-{pid} still points at {path}; remove the old driver's export (targetcli delete) first"))
+        );
+        assert!(!marked, "no fence mark written");
+        assert_eq!(after, before);
+    }
+
+    // An nvmet namespace exporting the LV.
+    let nqn = format!("nqn.2014-08.org.example:old-lv-{pid}");
+    let sub = format!("/sys/kernel/config/nvmet/subsystems/{nqn}");
+    for path in [&dev, &dm] {
+        sh(&format!(
+            "mkdir {sub} && mkdir {sub}/namespaces/1 && printf %s {path} > {sub}/namespaces/1/device_path && echo 1 > {sub}/namespaces/1/enable"
+        ));
+        let before = unchanged(&agent, &vg, &name);
+        let r = client
+            .create_volume(import_request(&ident, "uid-busy"))
+            .await;
+        let after = unchanged(&agent, &vg, &name);
+        let marked = mark_file(&agent, &id).exists();
+        sh(&format!(
+            "echo 0 > {sub}/namespaces/1/enable && rmdir {sub}/namespaces/1 && rmdir {sub}"
+        ));
+        let message = grpc_refusal(r);
+        note(&lab, &message);
+        assert_eq!(
+            message,
+            refused(format!(
+                "in use: nvmet subsystem {nqn} namespace 1 still exports {path}; remove the export first"
+            ))
+        );
+        assert!(!marked, "no fence mark written");
+        assert_eq!(after, before);
+    }
+
+    // Mounted.
+    sh(&format!("mount {dev} {}", mnt.display()));
+    let before = unchanged(&agent, &vg, &name);
+    let r = client
+        .create_volume(import_request(&ident, "uid-busy"))
+        .await;
+    let after = unchanged(&agent, &vg, &name);
+    let marked = mark_file(&agent, &id).exists();
+    let still_mounted = fs::read_to_string(mnt.join("data.txt"));
+    sh(&format!("umount {}", mnt.display()));
+    let message = grpc_refusal(r);
+    note(&lab, &message);
+    assert_eq!(
+        message,
+        refused(format!(
+            "in use: device {dev} is mounted at {}; unmount it first",
+            mnt.display()
+        ))
+    );
+    assert!(!marked, "no fence mark written");
+    assert_eq!(after, before, "the mount and everything else stay");
+    assert_eq!(still_mounted?, "legacy data\n");
+
+    // Nothing was recorded; the LV is the same; once idle it is adopted.
+    assert_eq!(lv_identity(&vg, &name), ident);
+    assert!(!mark_file(&agent, &id).exists());
+    client
+        .create_volume(import_request(&ident, "uid-busy"))
+        .await?;
+    assert!(mark_file(&agent, &id).exists());
+    client
+        .release_volume(pb::ReleaseVolumeRequest {
+            volume_id: id.clone(),
+            backend_type: LVM,
+            fence: fence("uid-busy", 1),
+        })
+        .await?;
+    assert_eq!(lv_identity(&vg, &name), ident);
+    assert_eq!(read_file_on(&dev, "data.txt"), "legacy data\n");
+    drop(agent);
+    sh(&format!("lvremove -q -y {id}"));
+    Ok(())
+}
+
+/// Runs the independent JSON client `tests/lab/agent_json.py` (Python
+/// grpcio, the repository's agent.proto compiled at run time into the lab's
+/// work folder) against `agent` with `request` (proto3 JSON) on standard
+/// input. Returns its exit status, standard output and standard error.
+fn agent_json(lab: &Lab, agent: &AgentProcess, request: &str) -> (i32, String, String) {
+    use std::{
+        io::Write,
+        process::{Command, Stdio},
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let python = std::env::var("PILLAR_LAB_PYTHON").unwrap_or_else(|_| "python3".into());
+    let mut child = Command::new(python)
+        .arg(root.join("tests/lab/agent_json.py"))
+        .arg(agent.addr().to_string())
+        .arg(root.join("proto"))
+        .arg(lab.work.join("agent_json.gen"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 (see scripts/deps.sh)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(request.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// InspectVolume as the spec's grpcurl + jq commands read it: the request
+/// in .proto field names, the answer as proto3 JSON with defaults, read
+/// through the camelCase paths the spec's jq programs use. Each answer is
+/// kept in the work folder (`inspect-<step>.json`).
+fn inspect_json(lab: &Lab, agent: &AgentProcess, id: &str, step: &str) -> serde_json::Value {
+    let request = format!(r#"{{"volume_id": "{id}", "backend_type": "BACKEND_TYPE_LVM"}}"#);
+    let (status, out, err) = agent_json(lab, agent, &request);
+    assert_eq!(status, 0, "agent_json.py failed: {err}");
+    fs::write(lab.work.join(format!("inspect-{step}.json")), &out).unwrap();
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the kernel lab"]
+async fn adopt_lv_inspect_json_from_an_independent_grpc_client() -> R {
+    use serde_json::json;
+    let lab = Lab::get();
+    let vg = lab.vg.clone();
+    let name = lab.unique("json").replace('-', "_");
+    make_lv_with_xfs(&vg, &name);
+    let id = format!("{vg}/{name}");
+    let dev = format!("/dev/{id}");
+    let lvs = |field: &str| {
+        sh(&format!("lvs --noheadings -o {field} {id}"))
+            .trim()
+            .to_owned()
+    };
+    let (lv_uuid, vg_uuid) = (lvs("lv_uuid"), lvs("vg_uuid"));
+    let fs_type = sh(&format!("blkid -p -o value -s TYPE {dev}"))
+        .trim()
+        .to_owned();
+    let agent = agent_process(&lab, "adopt-json", format!("lvm={vg}")).await;
+    let mut client = agent.client().await?;
+
+    // Before any import: no record; the LV as lvs and blkid see it.
+    let j = inspect_json(&lab, &agent, &id, "before");
+    assert_eq!(j["volumeId"], json!(id));
+    assert_eq!(j["fence"]["exists"], json!(false));
+    assert_eq!(j["fence"]["volumeUid"], json!(""));
+    assert_eq!(
+        j["fence"]["generation"],
+        json!("0"),
+        "64-bit ints are strings"
+    );
+    assert_eq!(j["fence"]["endedUids"], json!([]));
+    assert_eq!(j["lvm"]["identity"]["logicalVolumeUuid"], json!(lv_uuid));
+    assert_eq!(j["lvm"]["identity"]["volumeGroupUuid"], json!(vg_uuid));
+    assert_eq!(j["lvm"]["sizeBytes"], json!((320u64 << 20).to_string()));
+    assert_eq!(j["lvm"]["exclusiveClaim"], json!("free"));
+    assert_eq!(j["lvm"]["layoutRefusal"], json!(""));
+    assert_eq!(j["filesystemProbeState"], json!("filesystem"));
+    assert_eq!(j["filesystemType"], json!(fs_type));
+    assert_eq!(j["consumers"], json!([]));
+    assert_eq!(j["exports"], json!([]));
+
+    // Imported, exported over NVMe/TCP with an ACL, one host allowed.
+    let ident = lv_identity(&vg, &name);
+    client
+        .create_volume(import_request(&ident, "uid-json"))
+        .await?;
+    let target = client
+        .export_volume(pb::ExportVolumeRequest {
+            volume_id: id.clone(),
+            backend_type: LVM,
+            protocol_type: pb::ProtocolType::NvmeofTcp as i32,
+            fence: fence("uid-json", 1),
+            acl_enabled: true,
+            allowed_initiators: vec![],
+        })
+        .await?
+        .into_inner()
+        .target_id;
+    client
+        .allow_initiator(pb::AllowInitiatorRequest {
+            volume_id: id.clone(),
+            protocol_type: pb::ProtocolType::NvmeofTcp as i32,
+            initiator_id: HOST_NQN.into(),
+            fence: fence("uid-json", 1),
+        })
+        .await?;
+    let j = inspect_json(&lab, &agent, &id, "exported");
+    assert_eq!(j["fence"]["exists"], json!(true));
+    assert_eq!(j["fence"]["ended"], json!(false));
+    assert_eq!(j["fence"]["volumeUid"], json!("uid-json"));
+    assert_eq!(j["fence"]["generation"], json!("1"));
+    assert_eq!(j["fence"]["preserveOriginal"], json!(true));
+    assert_eq!(j["fence"]["lvmSource"]["logicalVolumeUuid"], json!(lv_uuid));
+    assert_eq!(j["fence"]["lvmSource"]["volumeGroupUuid"], json!(vg_uuid));
+    assert_eq!(j["fence"]["lvmSource"]["logicalVolume"], json!(name));
+    assert_eq!(j["lvm"]["identity"]["logicalVolumeUuid"], json!(lv_uuid));
+    assert_eq!(j["filesystemProbeState"], json!("filesystem"));
+    let configfs_hosts = sh(&format!(
+        "ls /sys/kernel/config/nvmet/subsystems/{target}/allowed_hosts"
+    ));
+    assert_eq!(
+        configfs_hosts.split_whitespace().collect::<Vec<_>>(),
+        [HOST_NQN]
+    );
+    assert_eq!(
+        j["exports"],
+        json!([{
+            "protocolType": "PROTOCOL_TYPE_NVMEOF_TCP",
+            "targetId": target,
+            "managed": true,
+            "allowedHosts": [HOST_NQN],
+            "allowAnyHost": false,
+        }])
+    );
+    assert_eq!(j["consumers"], json!([]));
+
+    // The lifecycle ended (PreserveOriginal: the LV stays), then mounted.
+    client
+        .delete_volume(pb::DeleteVolumeRequest {
+            volume_id: id.clone(),
+            backend_type: LVM,
+            fence: fence("uid-json", 1),
+        })
+        .await?;
+    let mnt = mkdir_tmp();
+    sh(&format!("mount -o ro {dev} {}", mnt.display()));
+    let j = inspect_json(&lab, &agent, &id, "ended-mounted");
+    sh(&format!("umount {}", mnt.display()));
+    assert_eq!(j["fence"]["exists"], json!(true));
+    assert_eq!(j["fence"]["ended"], json!(true));
+    assert_eq!(j["fence"]["volumeUid"], json!(""));
+    assert_eq!(j["fence"]["endedUids"], json!(["uid-json"]));
+    assert_eq!(j["fence"]["lvmSource"]["logicalVolumeUuid"], json!(lv_uuid));
+    assert_eq!(j["exports"], json!([]));
+    assert_eq!(j["lvm"]["exclusiveClaim"], json!("busy"));
+    let consumers = j["consumers"].as_array().unwrap();
+    assert_eq!(consumers.len(), 1, "{consumers:?}");
+    assert_eq!(consumers[0]["kind"], json!("mount"));
+    assert_eq!(consumers[0]["detail"], json!(mnt.display().to_string()));
+
+    // A missing LV: FAILED_PRECONDITION mentioning missing, as grpcurl
+    // reports it (exit status 64 + 9).
+    let gone = format!("{vg}/gone_{name}");
+    let (status, out, err) = agent_json(
+        &lab,
+        &agent,
+        &format!(r#"{{"volume_id": "{gone}", "backend_type": "BACKEND_TYPE_LVM"}}"#),
+    );
+    assert_eq!(status, 64 + 9, "{out}{err}");
+    assert!(err.contains("Code: FailedPrecondition"), "{err}");
+    assert!(
+        err.contains(&format!("volume {gone}: logical volume {gone} is missing")),
+        "{err}"
+    );
+    drop(agent);
+    sh(&format!("lvremove -q -y {id}"));
     Ok(())
 }

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""An independent gRPC JSON client of the agent, standing in for grpcurl.
+
+    agent_json.py ADDRESS PROTO_ROOT GEN_DIR [METHOD] < request.json
+
+The spec (spec/adopt-lvm-lv.md, "Inspect an LV") calls InspectVolume with
+`grpcurl -import-path proto -proto pillar_csi/agent/v1/agent.proto
+-emit-defaults -plaintext -d @ ADDRESS pillar_csi.agent.v1.AgentService/...`
+and reads the answer with jq. grpcurl is not installable on the lab machine,
+so this does the same with no code from the repository: it compiles
+PROTO_ROOT/pillar_csi/agent/v1/agent.proto with grpc_tools.protoc into
+GEN_DIR (never into the repository), reads the request as proto3 JSON from
+standard input (the .proto field names, as grpcurl accepts them), calls
+METHOD (default InspectVolume) over plaintext HTTP/2, and prints the answer
+as proto3 canonical JSON with defaults: camelCase names, enums by name,
+64-bit integers as strings.
+
+On an RPC error it prints grpcurl's form to standard error
+("ERROR:\n  Code: <Name>\n  Message: <text>") and exits with 64 + the gRPC
+status code, as grpcurl does.
+"""
+import importlib
+import inspect
+import os
+import sys
+
+import grpc
+from google.protobuf import json_format
+from grpc_tools import protoc
+
+PROTO = "pillar_csi/agent/v1/agent.proto"
+
+
+def compile_proto(proto_root, gen_dir):
+    os.makedirs(gen_dir, exist_ok=True)
+    # grpc_tools ships google/protobuf/*.proto (timestamp.proto is imported).
+    well_known = os.path.join(os.path.dirname(protoc.__file__), "_proto")
+    rc = protoc.main(
+        [
+            "grpc_tools.protoc",
+            f"-I{proto_root}",
+            f"-I{well_known}",
+            f"--python_out={gen_dir}",
+            f"--grpc_python_out={gen_dir}",
+            os.path.join(proto_root, PROTO),
+        ]
+    )
+    if rc != 0:
+        sys.exit(f"protoc failed on {PROTO} (status {rc})")
+    sys.path.insert(0, gen_dir)
+    pb2 = importlib.import_module("pillar_csi.agent.v1.agent_pb2")
+    grpc_pb2 = importlib.import_module("pillar_csi.agent.v1.agent_pb2_grpc")
+    return pb2, grpc_pb2
+
+
+def to_json(message):
+    # -emit-defaults: protobuf < 5.26 calls it including_default_value_fields,
+    # later releases always_print_fields_with_no_presence.
+    params = inspect.signature(json_format.MessageToJson).parameters
+    if "including_default_value_fields" in params:
+        return json_format.MessageToJson(message, including_default_value_fields=True)
+    return json_format.MessageToJson(message, always_print_fields_with_no_presence=True)
+
+
+def main():
+    if len(sys.argv) not in (4, 5):
+        sys.exit(__doc__)
+    address, proto_root, gen_dir = sys.argv[1:4]
+    method = sys.argv[4] if len(sys.argv) == 5 else "InspectVolume"
+    pb2, grpc_pb2 = compile_proto(proto_root, gen_dir)
+    service = pb2.DESCRIPTOR.services_by_name["AgentService"]
+    rpc = service.methods_by_name[method]
+    request_class = getattr(pb2, rpc.input_type.name)
+    request = json_format.Parse(sys.stdin.read() or "{}", request_class())
+    with grpc.insecure_channel(address) as channel:
+        stub = grpc_pb2.AgentServiceStub(channel)
+        try:
+            response = getattr(stub, method)(request, timeout=300)
+        except grpc.RpcError as e:
+            code = e.code()
+            name = "".join(w.capitalize() for w in code.name.split("_"))
+            print(f"ERROR:\n  Code: {name}\n  Message: {e.details()}", file=sys.stderr)
+            sys.exit(64 + code.value[0])
+    print(to_json(response))
+
+
+if __name__ == "__main__":
+    main()
