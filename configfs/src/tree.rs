@@ -261,8 +261,32 @@ impl Tree {
     }
 }
 
-/// Writes the whole value in one `write(2)`, as configfs stores expect.
+/// The kernel's ERESTARTSYS, which a configfs store can hand to user space
+/// unrestarted: ZFS's zvol open returns it while another thread holds the
+/// pool namespace lock (creating zvols, syncing), so enabling an nvmet
+/// namespace or a LIO iblock object on a zvol fails with it while other
+/// zvols of the pool are being created.
+const ERESTARTSYS: i32 = 512;
+
+/// How long a write refused with [`ERESTARTSYS`] is tried again.
+const RESTART_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Writes the whole value in one `write(2)`, as configfs stores expect; a
+/// write the kernel asked to restart ([`ERESTARTSYS`]) is made again, for up
+/// to [`RESTART_FOR`].
 fn write_once(path: &Path, value: &[u8]) -> io::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match write_whole(path, value) {
+            Err(e) if e.raw_os_error() == Some(ERESTARTSYS) && start.elapsed() < RESTART_FOR => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn write_whole(path: &Path, value: &[u8]) -> io::Result<()> {
     let mut file = fs::OpenOptions::new().write(true).open(path)?;
     let written = file.write(value)?;
     if written != value.len() {

@@ -116,6 +116,12 @@ pub fn wait_for_node_nudging(
     }
 }
 
+/// Whether udevd has events queued or running: it keeps `/run/udev/queue`
+/// while its queue is not empty (what `udevadm settle` waits for).
+pub fn events_queued() -> bool {
+    Path::new("/run/udev/queue").exists()
+}
+
 /// Asks udev to process the device at `sysfs` (`/sys/class/block/<dev>`)
 /// again, as `udevadm trigger --action=change` does: writes `change` to its
 /// `uevent` file. The rules run again; nothing on the device changes.
