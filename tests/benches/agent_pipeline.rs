@@ -162,12 +162,18 @@ async fn main() -> Result<()> {
     let mut config = AgentConfig::new(&lab, "bench", vec![parent.backend()], 4450, 3270)?;
     // No periodic resync: it would put back what the bench empties between steps.
     config.resync_interval_seconds = Some(0);
+    // The fence marks on the guest's own filesystem, where the agent keeps
+    // them in production (/var/lib/pillar-csi), not on the 9p share of the
+    // lab's work folder, whose fsyncs cost tens of milliseconds when the
+    // host is busy.
+    config.state_dir = std::path::PathBuf::from("/var/lib/pillar-csi/bench-agent");
+    std::fs::create_dir_all(&config.state_dir)?;
     let mut agent = AgentProcess::start(config).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle_kib = agent.pid().map(rss_kib).transpose()?.unwrap_or(0);
 
     // 1. The pipeline: all at once, then one at a time.
-    let client = agent.client().await?;
+    let mut client = agent.client().await?;
     let start = Instant::now();
     let tasks: Vec<_> = (0..PIPELINE)
         .map(|i| {
@@ -264,6 +270,8 @@ async fn main() -> Result<()> {
         let start = Instant::now();
         agent.restart().await?;
         let took = start.elapsed();
+        // The restarted agent listens on a new port.
+        client = agent.client().await?;
         let back = nvmet::Nvmet::open()?.read()?.subsystems.len();
         if back != exports {
             return Err(format!("restart re-created {back} of {exports} exports").into());

@@ -282,6 +282,7 @@ impl Agent {
         options: CreateOptions,
         token: Option<&Token>,
     ) -> Result<VolumeState, AgentError> {
+        let started = std::time::Instant::now();
         let id = VolumeId::parse(id)?;
         if bytes == 0 {
             return Err(AgentError::InvalidArgument(format!(
@@ -323,8 +324,10 @@ impl Agent {
             }
         };
         let b = backend.clone();
+        let backend_started = std::time::Instant::now();
         let created =
             tokio::task::spawn_blocking(move || b.create(&target, bytes, &options)).await?;
+        let backend_ms = backend_started.elapsed().as_millis();
         let (record, state) = match created {
             Ok(done) => done,
             Err(e) => {
@@ -342,7 +345,13 @@ impl Agent {
         };
         mark.backend = Some(record);
         self.save(mark).await?;
-        info!(volume = %id, bytes = state.capacity_bytes, "volume created");
+        info!(
+            volume = %id,
+            bytes = state.capacity_bytes,
+            backend_ms,
+            total_ms = started.elapsed().as_millis(),
+            "volume created"
+        );
         Ok(state)
     }
 
