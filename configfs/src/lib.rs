@@ -13,7 +13,9 @@
 //!   plan from the difference between desired and present state; the plan is a
 //!   plain value, so its ordering is unit-testable without a kernel.
 //! - [`Tree`] readers: attributes and child listings, with errors that carry
-//!   the path and the errno.
+//!   the path and the errno; and [`Folder`], a folder held open so that
+//!   reading many objects looks each file up from its own folder instead of
+//!   walking the whole path from `/` every time.
 //!
 //! ```no_run
 //! use configfs::{Component, Step, Tree};
@@ -31,8 +33,10 @@
 
 mod component;
 mod error;
+mod folder;
 mod tree;
 
 pub use component::{Component, NameError};
 pub use error::{Error, StepKind};
+pub use folder::Folder;
 pub use tree::{Step, Tree};

@@ -1,5 +1,9 @@
 //! A configfs tree rooted at one folder: ordered plans of steps, and readers.
-use crate::error::{Error, StepKind};
+use crate::{
+    error::{Error, StepKind},
+    folder::{absent_is_none, children_at, exists_at, link_target_at, parsed, read_attr_at},
+};
+use rustix::fs::CWD;
 use std::{
     fs,
     io::{self, Write},
@@ -107,15 +111,7 @@ impl Tree {
 
     /// The full path of `rel`, refusing anything that would leave the tree.
     pub fn path(&self, rel: &str) -> Result<PathBuf, Error> {
-        let escapes = rel.is_empty()
-            || rel.contains('\0')
-            || Path::new(rel)
-                .components()
-                .any(|c| !matches!(c, PathComponent::Normal(_)))
-            || rel
-                .split('/')
-                .any(|c| c.is_empty() || c == "." || c == "..");
-        if escapes {
+        if escapes(rel) {
             return Err(Error::Escape {
                 root: self.root.clone(),
                 rel: rel.to_owned(),
@@ -164,25 +160,12 @@ impl Tree {
     /// Reads an attribute, without its trailing newline.
     pub fn read_attr(&self, rel: &str) -> Result<String, Error> {
         let path = self.path(rel)?;
-        match fs::read(&path) {
-            Ok(bytes) => {
-                let text = String::from_utf8_lossy(&bytes);
-                Ok(text.strip_suffix('\n').unwrap_or(&text).to_owned())
-            }
-            Err(source) => Err(Error::Io {
-                kind: StepKind::Read,
-                path,
-                source,
-            }),
-        }
+        read_attr_at(CWD, &path, path.clone())
     }
 
     /// Reads an attribute that an older kernel may not have: `None` if absent.
     pub fn read_attr_opt(&self, rel: &str) -> Result<Option<String>, Error> {
-        match self.read_attr(rel) {
-            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => Ok(None),
-            other => other.map(Some),
-        }
+        absent_is_none(self.read_attr(rel))
     }
 
     /// Reads an attribute and parses it with `parse`, naming what was expected on failure.
@@ -193,72 +176,39 @@ impl Tree {
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Result<T, Error> {
         let value = self.read_attr(rel)?;
-        parse(value.trim()).ok_or_else(|| Error::Parse {
-            path: self.root.join(rel),
-            why: format!("expected {expected}"),
-            value,
-        })
+        parsed(value, self.root.join(rel), expected, parse)
     }
 
     /// The names of the entries (objects or links) in a folder, sorted; an
     /// absent folder has none.
     pub fn children(&self, rel: &str) -> Result<Vec<String>, Error> {
         let path = self.path(rel)?;
-        let entries = match fs::read_dir(&path) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(Error::Io {
-                    kind: StepKind::List,
-                    path,
-                    source,
-                })
-            }
-        };
-        let mut names = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|source| Error::Io {
-                kind: StepKind::List,
-                path: path.clone(),
-                source,
-            })?;
-            let ty = entry.file_type().map_err(|source| Error::Io {
-                kind: StepKind::List,
-                path: entry.path(),
-                source,
-            })?;
-            if ty.is_dir() || ty.is_symlink() {
-                names.push(entry.file_name().to_string_lossy().into_owned());
-            }
-        }
-        names.sort();
-        Ok(names)
+        children_at(CWD, &path, path.clone())
     }
 
     /// Where a link points, relative to the root when it points inside the tree.
     pub fn link_target(&self, rel: &str) -> Result<PathBuf, Error> {
         let path = self.path(rel)?;
-        let target = fs::read_link(&path).map_err(|source| Error::Io {
-            kind: StepKind::Read,
-            path: path.clone(),
-            source,
-        })?;
-        let absolute = if target.is_absolute() {
-            target
-        } else {
-            path.parent().unwrap_or(&self.root).join(target)
-        };
-        let normal = normalize(&absolute);
-        Ok(normal
-            .strip_prefix(&self.root)
-            .map(Path::to_path_buf)
-            .unwrap_or(normal))
+        link_target_at(CWD, &path, path.clone(), &self.root)
     }
 
     /// Whether `rel` exists.
     pub fn exists(&self, rel: &str) -> bool {
-        self.path(rel).is_ok_and(|p| p.symlink_metadata().is_ok())
+        self.path(rel).is_ok_and(|p| exists_at(CWD, &p))
     }
+}
+
+/// Whether a relative path would leave the folder it is joined to: empty, a
+/// NUL, an absolute path, or an empty, `.` or `..` component.
+pub(crate) fn escapes(rel: &str) -> bool {
+    rel.is_empty()
+        || rel.contains('\0')
+        || Path::new(rel)
+            .components()
+            .any(|c| !matches!(c, PathComponent::Normal(_)))
+        || rel
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
 }
 
 /// The kernel's ERESTARTSYS, which a configfs store can hand to user space
@@ -299,7 +249,7 @@ fn write_whole(path: &Path, value: &[u8]) -> io::Result<()> {
 }
 
 /// Folds `.` and `..` lexically (configfs links never point through other links).
-fn normalize(path: &Path) -> PathBuf {
+pub(crate) fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {

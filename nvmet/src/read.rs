@@ -5,24 +5,33 @@ use crate::{
     names::{Nqn, Nsid, PortId},
     plan::{port_dir, subsystem_dir},
 };
-use configfs::Tree;
+use configfs::{Folder, Tree};
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::{IpAddr, SocketAddr},
 };
 
+/// Reads every object. Each object's files are read through its folder, held
+/// open ([`Folder`]), so a file costs a lookup of its own name instead of a
+/// walk of its whole path; the cost per object does not depend on how many
+/// there are.
 pub(crate) fn read_all(tree: &Tree) -> Result<State, Error> {
     let mut state = State::default();
-    for name in tree.children("subsystems")? {
-        let nqn = Nqn::from_kernel(&name)?;
-        if let Some(sub) = read_subsystem(tree, &nqn)? {
-            state.subsystems.insert(nqn, sub);
+    if let Some(subsystems) = tree.folder("subsystems")? {
+        for name in subsystems.list()? {
+            let nqn = Nqn::from_kernel(&name)?;
+            // A subsystem removed since the listing is skipped.
+            if let Some(dir) = subsystems.folder(nqn.as_str())? {
+                state.subsystems.insert(nqn, read_subsystem_in(&dir)?);
+            }
         }
     }
-    for name in tree.children("ports")? {
-        let id: PortId = name.parse()?;
-        if let Some(port) = read_port(tree, id, Links::All)? {
-            state.ports.insert(id, port);
+    if let Some(ports) = tree.folder("ports")? {
+        for name in ports.list()? {
+            let id: PortId = name.parse()?;
+            if let Some(dir) = ports.folder(&id.to_string())? {
+                state.ports.insert(id, read_port_in(&dir, Links::All)?);
+            }
         }
     }
     state.hosts = read_hosts(tree)?;
@@ -109,11 +118,15 @@ fn read_hosts(tree: &Tree) -> Result<BTreeSet<Nqn>, Error> {
         .collect()
 }
 
-/// The NQNs that the links in a folder point at (`.../subsystems/<nqn>` or `hosts/<nqn>`).
-fn linked_nqns(tree: &Tree, dir: &str) -> Result<BTreeSet<Nqn>, Error> {
+/// The NQNs that the links in the folder `rel` of `dir` point at
+/// (`.../subsystems/<nqn>` or `hosts/<nqn>`).
+fn linked_nqns(dir: &Folder, rel: &str) -> Result<BTreeSet<Nqn>, Error> {
     let mut out = BTreeSet::new();
-    for link in tree.children(dir)? {
-        let target = tree.link_target(&format!("{dir}/{link}"))?;
+    let Some(links) = dir.folder(rel)? else {
+        return Ok(out);
+    };
+    for link in links.list()? {
+        let target = links.link_target(&link)?;
         let name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -127,74 +140,216 @@ fn trimmed(value: Option<String>) -> Option<String> {
     value.map(|v| v.trim().to_owned())
 }
 
-fn flag(tree: &Tree, path: &str) -> Result<bool, Error> {
-    Ok(tree.parse_attr(path, "0 or 1", |v| match v {
+fn flag(dir: &Folder, rel: &str) -> Result<bool, Error> {
+    Ok(dir.parse_attr(rel, "0 or 1", |v| match v {
         "0" => Some(false),
         "1" => Some(true),
         _ => None,
     })?)
 }
 
-fn number(tree: &Tree, path: &str) -> Result<Option<u32>, Error> {
-    if !tree.exists(path) {
+/// A numeric attribute that older kernels may not have.
+fn number(dir: &Folder, rel: &str) -> Result<Option<u32>, Error> {
+    let Some(value) = dir.read_attr_opt(rel)? else {
         return Ok(None);
+    };
+    match value.trim().parse() {
+        Ok(n) => Ok(Some(n)),
+        Err(_) => Err(configfs::Error::Parse {
+            path: dir.path().join(rel),
+            value,
+            why: "expected a number".into(),
+        }
+        .into()),
     }
-    Ok(Some(tree.parse_attr(path, "a number", |v| v.parse().ok())?))
 }
 
 pub(crate) fn read_subsystem(tree: &Tree, nqn: &Nqn) -> Result<Option<Subsystem>, Error> {
-    let dir = subsystem_dir(nqn);
-    if !tree.exists(&dir) {
-        return Ok(None);
-    }
+    tree.folder(&subsystem_dir(nqn))?
+        .map(|dir| read_subsystem_in(&dir))
+        .transpose()
+}
+
+/// Reads the subsystem whose folder is `dir`.
+fn read_subsystem_in(dir: &Folder) -> Result<Subsystem, Error> {
     let mut namespaces = BTreeMap::new();
-    for name in tree.children(&format!("{dir}/namespaces"))? {
+    for name in dir.children("namespaces")? {
         let nsid: Nsid = name.parse()?;
-        let ns_dir = format!("{dir}/namespaces/{nsid}");
+        // A namespace removed since the listing is skipped.
+        let Some(ns) = dir.folder(&format!("namespaces/{nsid}"))? else {
+            continue;
+        };
         namespaces.insert(
             nsid,
             Namespace {
-                device_path: tree.read_attr(&format!("{ns_dir}/device_path"))?.into(),
-                uuid: tree.read_attr_opt(&format!("{ns_dir}/device_uuid"))?,
-                nguid: tree.read_attr_opt(&format!("{ns_dir}/device_nguid"))?,
-                enabled: flag(tree, &format!("{ns_dir}/enable"))?,
+                device_path: ns.read_attr("device_path")?.into(),
+                uuid: ns.read_attr_opt("device_uuid")?,
+                nguid: ns.read_attr_opt("device_nguid")?,
+                enabled: flag(&ns, "enable")?,
             },
         );
     }
-    Ok(Some(Subsystem {
-        allow_any_host: flag(tree, &format!("{dir}/attr_allow_any_host"))?,
+    Ok(Subsystem {
+        allow_any_host: flag(dir, "attr_allow_any_host")?,
         // The kernel pads the serial to its field width with spaces.
-        serial: trimmed(tree.read_attr_opt(&format!("{dir}/attr_serial"))?),
-        model: trimmed(tree.read_attr_opt(&format!("{dir}/attr_model"))?),
+        serial: trimmed(dir.read_attr_opt("attr_serial")?),
+        model: trimmed(dir.read_attr_opt("attr_model")?),
         namespaces,
-        allowed_hosts: linked_nqns(tree, &format!("{dir}/allowed_hosts"))?,
-    }))
+        allowed_hosts: linked_nqns(dir, "allowed_hosts")?,
+    })
 }
 
 pub(crate) fn read_port(tree: &Tree, id: PortId, links: Links<'_>) -> Result<Option<Port>, Error> {
-    let dir = port_dir(id);
-    if !tree.exists(&dir) {
-        return Ok(None);
-    }
-    let transport = Transport::parse(&tree.read_attr(&format!("{dir}/addr_trtype"))?);
-    let traddr = tree.read_attr(&format!("{dir}/addr_traddr"))?;
-    let trsvcid = tree.read_attr(&format!("{dir}/addr_trsvcid"))?;
+    tree.folder(&port_dir(id))?
+        .map(|dir| read_port_in(&dir, links))
+        .transpose()
+}
+
+/// Reads the port whose folder is `dir`.
+fn read_port_in(dir: &Folder, links: Links<'_>) -> Result<Port, Error> {
+    let transport = Transport::parse(&dir.read_attr("addr_trtype")?);
+    let traddr = dir.read_attr("addr_traddr")?;
+    let trsvcid = dir.read_attr("addr_trsvcid")?;
     let address = match (traddr.parse::<IpAddr>(), trsvcid.parse::<u16>()) {
         (Ok(ip), Ok(port)) => Some(SocketAddr::new(ip, port)),
         _ => None,
     };
-    Ok(Some(Port {
+    Ok(Port {
         transport,
         address,
-        inline_data_size: number(tree, &format!("{dir}/param_inline_data_size"))?,
-        max_queue_size: number(tree, &format!("{dir}/param_max_queue_size"))?,
+        inline_data_size: number(dir, "param_inline_data_size")?,
+        max_queue_size: number(dir, "param_max_queue_size")?,
         subsystems: match links {
-            Links::All => linked_nqns(tree, &format!("{dir}/subsystems"))?,
+            Links::All => linked_nqns(dir, "subsystems")?,
             Links::Only(names) => names
                 .iter()
-                .filter(|n| tree.exists(&format!("{dir}/subsystems/{n}")))
+                .filter(|n| dir.exists(&format!("subsystems/{n}")))
                 .cloned()
                 .collect(),
         },
-    }))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::{fs, os::unix::fs::symlink, path::Path};
+
+    fn nqn(s: &str) -> Nqn {
+        Nqn::from_kernel(s).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn write(root: &Path, rel: &str, value: &str) -> std::io::Result<()> {
+        let path = root.join(rel);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::write(path, value)
+    }
+
+    /// A copy of an nvmet tree: subsystem `a` with a namespace and an allowed
+    /// host, subsystem `b` without serial and model files (an older kernel),
+    /// port 1 linking both (one link absolute, one relative), one host.
+    fn fake_tree(root: &Path) -> std::io::Result<()> {
+        let a = "subsystems/nqn.2026-01.org.example:a";
+        let b = "subsystems/nqn.2026-01.org.example:b";
+        write(root, &format!("{a}/attr_allow_any_host"), "0\n")?;
+        write(root, &format!("{a}/attr_serial"), "abc                 \n")?;
+        write(root, &format!("{a}/attr_model"), "Linux\n")?;
+        write(
+            root,
+            &format!("{a}/namespaces/1/device_path"),
+            "/dev/zvol/p/v\n",
+        )?;
+        write(
+            root,
+            &format!("{a}/namespaces/1/device_uuid"),
+            "00000000-0000-0000-0000-000000000001\n",
+        )?;
+        write(root, &format!("{a}/namespaces/1/enable"), "1\n")?;
+        fs::create_dir_all(root.join("hosts/nqn.2026-01.org.example:h"))?;
+        fs::create_dir_all(root.join(format!("{a}/allowed_hosts")))?;
+        symlink(
+            root.join("hosts/nqn.2026-01.org.example:h"),
+            root.join(format!("{a}/allowed_hosts/nqn.2026-01.org.example:h")),
+        )?;
+        write(root, &format!("{b}/attr_allow_any_host"), "1\n")?;
+        fs::create_dir_all(root.join(format!("{b}/namespaces")))?;
+        write(root, "ports/1/addr_trtype", "tcp\n")?;
+        write(root, "ports/1/addr_traddr", "127.0.0.1\n")?;
+        write(root, "ports/1/addr_trsvcid", "4420\n")?;
+        write(root, "ports/1/param_inline_data_size", "16384\n")?;
+        fs::create_dir_all(root.join("ports/1/subsystems"))?;
+        symlink(
+            root.join(a),
+            root.join("ports/1/subsystems/nqn.2026-01.org.example:a"),
+        )?;
+        symlink(
+            format!("../../../{b}"),
+            root.join("ports/1/subsystems/nqn.2026-01.org.example:b"),
+        )
+    }
+
+    fn expected() -> State {
+        let mut state = State::default();
+        let mut a = Subsystem {
+            serial: Some("abc".into()),
+            model: Some("Linux".into()),
+            ..Default::default()
+        };
+        a.namespaces.insert(
+            Nsid::new(1).unwrap_or_else(|e| panic!("{e}")),
+            Namespace {
+                device_path: "/dev/zvol/p/v".into(),
+                uuid: Some("00000000-0000-0000-0000-000000000001".into()),
+                nguid: None,
+                enabled: true,
+            },
+        );
+        a.allowed_hosts.insert(nqn("nqn.2026-01.org.example:h"));
+        state.subsystems.insert(nqn("nqn.2026-01.org.example:a"), a);
+        let b = Subsystem {
+            allow_any_host: true,
+            ..Default::default()
+        };
+        state.subsystems.insert(nqn("nqn.2026-01.org.example:b"), b);
+        let mut port = Port::tcp(([127, 0, 0, 1], 4420).into());
+        port.inline_data_size = Some(16384);
+        port.subsystems.insert(nqn("nqn.2026-01.org.example:a"));
+        port.subsystems.insert(nqn("nqn.2026-01.org.example:b"));
+        state.ports.insert(PortId(1), port);
+        state.hosts.insert(nqn("nqn.2026-01.org.example:h"));
+        state
+    }
+
+    #[test]
+    fn reads_a_tree_back_whole_and_scoped() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        fake_tree(dir.path())?;
+        let tree = Tree::at(dir.path());
+        let all = expected();
+        assert_eq!(read_all(&tree)?, all);
+
+        // Scoped to subsystem b on port 1: only b, and only b's link.
+        let b = nqn("nqn.2026-01.org.example:b");
+        let mut desired = State::default();
+        desired.subsystems.insert(b.clone(), Subsystem::default());
+        let mut port = Port::tcp(([127, 0, 0, 1], 4420).into());
+        port.subsystems.insert(b.clone());
+        desired.ports.insert(PortId(1), port);
+        let scoped = read_scoped(&tree, &desired)?;
+        assert_eq!(scoped.subsystems.keys().collect::<Vec<_>>(), vec![&b]);
+        assert_eq!(scoped.subsystems[&b], all.subsystems[&b]);
+        assert_eq!(
+            scoped.ports[&PortId(1)].subsystems,
+            BTreeSet::from([b.clone()])
+        );
+        assert!(scoped.hosts.is_empty());
+
+        // Absent objects read as absent.
+        let absent = nqn("nqn.2026-01.org.example:absent");
+        assert_eq!(read_subsystem(&tree, &absent)?, None);
+        assert_eq!(read_port(&tree, PortId(2), Links::All)?, None);
+        Ok(())
+    }
 }
