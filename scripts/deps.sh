@@ -81,7 +81,7 @@ if ! command -v vng >/dev/null 2>&1; then
 fi
 command -v vng >/dev/null || { echo "deps: vng not on PATH after pip install" >&2; exit 1; }
 # The independent gRPC JSON client of the InspectVolume lab test
-# (tests/lab/inspect.py): grpcurl is not packaged, so Python grpcio and
+# (tests/lab/agent_json.py): grpcurl is not packaged, so Python grpcio and
 # grpc_tools.protoc stand in for it. The guest uses this same interpreter.
 if ! python3 -c 'import grpc, grpc_tools.protoc, google.protobuf.json_format' >/dev/null 2>&1; then
   pip install -q grpcio grpcio-tools
