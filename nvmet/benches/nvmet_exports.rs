@@ -9,8 +9,10 @@
 //! way up (as exports are applied) and on the way down (as they are torn
 //! down). The lab guest shares a loaded 2-core host, so one timing can be
 //! inflated several times by the host alone: each of our reads is repeated,
-//! the best and the median of each pass are reported, and linearity is judged
-//! on the best of both passes. The shell peer's reads take minutes, so they
+//! the best and the median of each pass are reported, and each read is also
+//! timed relative to a fixed calibration workload run just before and after
+//! it, which cancels the host's speed; linearity is judged on the best of
+//! both passes, in milliseconds and relative. The shell peer's reads take minutes, so they
 //! run once, at 100 and 250 exports, and at 500 only when that fits a time box.
 use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, Teardown};
 use pillar_csi_lab::{block::wait_for, run, Lab, Result};
@@ -125,14 +127,42 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// Our read-back at one size, fastest first: the times, and the times
+/// relative to a fixed calibration workload run just before and just after
+/// each read.
+#[derive(Clone, Default)]
+struct Reads {
+    raw: Vec<Duration>,
+    relative: Vec<f64>,
+    /// The calibration runs' times, which show how the host's speed varied.
+    calibrations: Vec<Duration>,
+}
+
+/// Work unrelated to nvmet whose cost does not change during the run except
+/// with the speed the host gives the guest: 500 reads of `/proc/self/stat`.
+fn calibration() -> Result<Duration> {
+    let start = Instant::now();
+    for _ in 0..500 {
+        std::fs::read("/proc/self/stat")?;
+    }
+    Ok(start.elapsed())
+}
+
 /// Reads the whole state back `REPEATS` times, checking it holds `size`
-/// exports; the timings, fastest first.
-fn ours_read(target: &Nvmet, size: usize) -> Result<Vec<Duration>> {
-    let mut times = Vec::with_capacity(REPEATS);
+/// exports, each read between two calibration runs.
+fn ours_read(target: &Nvmet, size: usize) -> Result<Reads> {
+    let mut reads = Reads::default();
     for _ in 0..REPEATS {
+        let before = calibration()?;
         let start = Instant::now();
         let read = target.read()?;
-        times.push(start.elapsed());
+        let took = start.elapsed();
+        let after = calibration()?;
+        reads.raw.push(took);
+        reads.calibrations.extend([before, after]);
+        reads
+            .relative
+            .push(took.as_secs_f64() * 2.0 / (before + after).as_secs_f64());
         let linked = read.ports.get(&PORT).map_or(0, |p| p.subsystems.len());
         if read.subsystems.len() != size || linked != size {
             return Err(format!(
@@ -142,8 +172,9 @@ fn ours_read(target: &Nvmet, size: usize) -> Result<Vec<Duration>> {
             .into());
         }
     }
-    times.sort();
-    Ok(times)
+    reads.raw.sort();
+    reads.relative.sort_by(f64::total_cmp);
+    Ok(reads)
 }
 
 /// The mean time of `f` over `n` calls, in microseconds.
@@ -201,7 +232,7 @@ fn main() -> Result<()> {
         lookup_first = lookup_first.min(micros(200, || std::fs::read(&first).map(drop))?);
         lookup_last = lookup_last.min(micros(200, || std::fs::read(&last).map(drop))?);
     }
-    let mut falling = vec![Vec::new(); SIZES.len()];
+    let mut falling = vec![Reads::default(); SIZES.len()];
     let mut ours_teardown = Duration::ZERO;
     for k in (0..SIZES.len()).rev() {
         let from = if k == 0 { 0 } else { SIZES[k - 1] };
@@ -280,16 +311,16 @@ fn main() -> Result<()> {
         write!(
             line,
             " | {size}: {:.3} ({:.3}), {:.3} ({:.3})",
-            per(rising[k][0], *size),
-            per(median(&rising[k]), *size),
-            per(falling[k][0], *size),
-            per(median(&falling[k]), *size)
+            per(rising[k].raw[0], *size),
+            per(median(&rising[k].raw), *size),
+            per(falling[k].raw[0], *size),
+            per(median(&falling[k].raw), *size)
         )?;
     }
     println!("{line}");
     // The best of both passes at each size: the least disturbed by the host.
     let best: Vec<Duration> = (0..SIZES.len())
-        .map(|k| rising[k][0].min(falling[k][0]))
+        .map(|k| rising[k].raw[0].min(falling[k].raw[0]))
         .collect();
     let mut line = String::from("  read   ours  best of both passes");
     for (k, size) in SIZES.iter().enumerate() {
@@ -300,6 +331,27 @@ fn main() -> Result<()> {
             per(best[k], *size)
         )?;
     }
+    println!("{line}");
+    // Relative to the calibration around it, a read's cost no longer moves
+    // with the host's load; per export, in percent of the calibration.
+    let relative: Vec<f64> = (0..SIZES.len())
+        .map(|k| rising[k].relative[0].min(falling[k].relative[0]) * 100.0 / SIZES[k] as f64)
+        .collect();
+    let mut line = String::from(
+        "  read   ours  relative to 500 reads of /proc/self/stat just before and after, per export, best of both passes",
+    );
+    for (k, size) in SIZES.iter().enumerate() {
+        write!(line, " | {size}: {:.3}%", relative[k])?;
+    }
+    let calibrations = rising.iter().chain(&falling).flat_map(|r| &r.calibrations);
+    let fastest = calibrations.clone().min().copied().unwrap_or_default();
+    let slowest = calibrations.max().copied().unwrap_or_default();
+    write!(
+        line,
+        " (the calibration took {:.1} to {:.1} ms over the run)",
+        ms(fastest),
+        ms(slowest)
+    )?;
     println!("{line}");
     let mut line = String::from("  read   shell (once)");
     for (size, r) in SIZES.iter().zip(&shell_reads) {
@@ -325,17 +377,14 @@ fn main() -> Result<()> {
         _ => "-".to_owned(),
     };
     let ours_best = |k: usize| Some(per(best[k], SIZES[k]));
-    let ours_rising = |k: usize| Some(per(rising[k][0], SIZES[k]));
-    let ours_falling = |k: usize| Some(per(falling[k][0], SIZES[k]));
+    let ours_relative = |k: usize| Some(relative[k]);
     let shell_cost = |k: usize| shell_reads[k].map(|d| per(d, SIZES[k]));
     println!(
-        "  read   linearity, per-export cost 250/100 and 500/250 (1.00 = linear): ours best of both {} {}; rising pass {} {}; falling pass {} {}; shell {} {}",
+        "  read   linearity, per-export cost 250/100 and 500/250 (1.00 = linear): ours relative {} {}; ours ms best of both {} {}; shell {} {}",
+        growth(0, 1, &ours_relative),
+        growth(1, 2, &ours_relative),
         growth(0, 1, &ours_best),
         growth(1, 2, &ours_best),
-        growth(0, 1, &ours_rising),
-        growth(1, 2, &ours_rising),
-        growth(0, 1, &ours_falling),
-        growth(1, 2, &ours_falling),
         growth(0, 1, &shell_cost),
         growth(1, 2, &shell_cost)
     );
