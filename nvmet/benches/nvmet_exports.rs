@@ -8,12 +8,14 @@
 //! Read-back is measured at 100, 250 and 500 exports in the same run, on the
 //! way up (as exports are applied) and on the way down (as they are torn
 //! down). The lab guest shares a loaded 2-core host, so one timing can be
-//! inflated several times by the host alone: each of our reads is repeated,
-//! the best and the median of each pass are reported, and each read is also
+//! inflated several times by the host alone: our reads are timed in samples
+//! of equal work (5 reads of 100 exports, 2 of 250, 1 of 500), repeated, the
+//! best and the median of each pass are reported, and each sample is also
 //! timed relative to a fixed calibration workload run just before and after
 //! it, which cancels the host's speed; linearity is judged on the best of
-//! both passes, in milliseconds and relative. The shell peer's reads take minutes, so they
-//! run once, at 100 and 250 exports, and at 500 only when that fits a time box.
+//! both passes, in milliseconds and relative. The shell peer's reads take
+//! minutes, so they run once, at 100 and 250 exports, and at 500 only when
+//! that fits a time box.
 use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, Teardown};
 use pillar_csi_lab::{block::wait_for, run, Lab, Result};
 use std::{
@@ -148,29 +150,38 @@ fn calibration() -> Result<Duration> {
     Ok(start.elapsed())
 }
 
-/// Reads the whole state back `REPEATS` times, checking it holds `size`
-/// exports, each read between two calibration runs.
+/// Reads the whole state back in `REPEATS` samples, checking it holds `size`
+/// exports, each sample between two calibration runs.
+///
+/// A sample is 500 exports' worth of reading (5 reads at 100, 2 at 250, 1 at
+/// 500), so that every sample lasts about as long whatever the size: a
+/// longer sample is more likely to be hit by a burst of host load, which
+/// would bias the best of the samples at the larger sizes upwards. Times are
+/// per read (the sample's time over its reads).
 fn ours_read(target: &Nvmet, size: usize) -> Result<Reads> {
+    let reads_per_sample = u32::try_from(EXPORTS / size)?;
     let mut reads = Reads::default();
     for _ in 0..REPEATS {
         let before = calibration()?;
         let start = Instant::now();
-        let read = target.read()?;
-        let took = start.elapsed();
+        for _ in 0..reads_per_sample {
+            let read = target.read()?;
+            let linked = read.ports.get(&PORT).map_or(0, |p| p.subsystems.len());
+            if read.subsystems.len() != size || linked != size {
+                return Err(format!(
+                    "read back {} subsystems and {linked} port links, expected {size}",
+                    read.subsystems.len()
+                )
+                .into());
+            }
+        }
+        let took = start.elapsed() / reads_per_sample;
         let after = calibration()?;
         reads.raw.push(took);
         reads.calibrations.extend([before, after]);
         reads
             .relative
             .push(took.as_secs_f64() * 2.0 / (before + after).as_secs_f64());
-        let linked = read.ports.get(&PORT).map_or(0, |p| p.subsystems.len());
-        if read.subsystems.len() != size || linked != size {
-            return Err(format!(
-                "read back {} subsystems and {linked} port links, expected {size}",
-                read.subsystems.len()
-            )
-            .into());
-        }
     }
     reads.raw.sort();
     reads.relative.sort_by(f64::total_cmp);
@@ -305,7 +316,7 @@ fn main() -> Result<()> {
     let per = |d: Duration, size: usize| ms(d) / size as f64;
     let median = |t: &[Duration]| t[t.len() / 2];
     let mut line = format!(
-        "  read   ours  ms/export, best (median) of {REPEATS}, rising pass then falling pass"
+        "  read   ours  ms/export, best (median) of {REPEATS} samples of {EXPORTS} exports' worth, rising pass then falling pass"
     );
     for (k, size) in SIZES.iter().enumerate() {
         write!(
