@@ -10,12 +10,9 @@
 //! down). The lab guest shares a loaded 2-core host, so one timing can be
 //! inflated several times by the host alone: our reads are timed in samples
 //! of equal work (5 reads of 100 exports, 2 of 250, 1 of 500), repeated, the
-//! best and the median of each pass are reported, and each sample is also
-//! timed relative to a fixed calibration workload run just before and after
-//! it, which cancels the host's speed; linearity is judged on the best of
-//! both passes, in milliseconds and relative. The shell peer's reads take
-//! minutes, so they run once, at 100 and 250 exports, and at 500 only when
-//! that fits a time box.
+//! best and the median of each pass are reported, and linearity is judged on
+//! the best of both passes. The shell peer's reads take minutes, so they run
+//! once, at 100 and 250 exports, and at 500 only when that fits a time box.
 use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, Teardown};
 use pillar_csi_lab::{block::wait_for, run, Lab, Result};
 use std::{
@@ -129,40 +126,17 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Our read-back at one size, fastest first: the times, and the times
-/// relative to a fixed calibration workload run just before and just after
-/// each read.
-#[derive(Clone, Default)]
-struct Reads {
-    raw: Vec<Duration>,
-    relative: Vec<f64>,
-    /// The calibration runs' times, which show how the host's speed varied.
-    calibrations: Vec<Duration>,
-}
-
-/// Work unrelated to nvmet whose cost does not change during the run except
-/// with the speed the host gives the guest: 500 reads of `/proc/self/stat`.
-fn calibration() -> Result<Duration> {
-    let start = Instant::now();
-    for _ in 0..500 {
-        std::fs::read("/proc/self/stat")?;
-    }
-    Ok(start.elapsed())
-}
-
 /// Reads the whole state back in `REPEATS` samples, checking it holds `size`
-/// exports, each sample between two calibration runs.
+/// exports; the time per read of each sample, fastest first.
 ///
 /// A sample is 500 exports' worth of reading (5 reads at 100, 2 at 250, 1 at
 /// 500), so that every sample lasts about as long whatever the size: a
 /// longer sample is more likely to be hit by a burst of host load, which
-/// would bias the best of the samples at the larger sizes upwards. Times are
-/// per read (the sample's time over its reads).
-fn ours_read(target: &Nvmet, size: usize) -> Result<Reads> {
+/// would bias the best of the samples at the larger sizes upwards.
+fn ours_read(target: &Nvmet, size: usize) -> Result<Vec<Duration>> {
     let reads_per_sample = u32::try_from(EXPORTS / size)?;
-    let mut reads = Reads::default();
+    let mut times = Vec::with_capacity(REPEATS);
     for _ in 0..REPEATS {
-        let before = calibration()?;
         let start = Instant::now();
         for _ in 0..reads_per_sample {
             let read = target.read()?;
@@ -175,17 +149,10 @@ fn ours_read(target: &Nvmet, size: usize) -> Result<Reads> {
                 .into());
             }
         }
-        let took = start.elapsed() / reads_per_sample;
-        let after = calibration()?;
-        reads.raw.push(took);
-        reads.calibrations.extend([before, after]);
-        reads
-            .relative
-            .push(took.as_secs_f64() * 2.0 / (before + after).as_secs_f64());
+        times.push(start.elapsed() / reads_per_sample);
     }
-    reads.raw.sort();
-    reads.relative.sort_by(f64::total_cmp);
-    Ok(reads)
+    times.sort();
+    Ok(times)
 }
 
 /// The mean time of `f` over `n` calls, in microseconds.
@@ -243,7 +210,7 @@ fn main() -> Result<()> {
         lookup_first = lookup_first.min(micros(200, || std::fs::read(&first).map(drop))?);
         lookup_last = lookup_last.min(micros(200, || std::fs::read(&last).map(drop))?);
     }
-    let mut falling = vec![Reads::default(); SIZES.len()];
+    let mut falling = vec![Vec::new(); SIZES.len()];
     let mut ours_teardown = Duration::ZERO;
     for k in (0..SIZES.len()).rev() {
         let from = if k == 0 { 0 } else { SIZES[k - 1] };
@@ -322,16 +289,16 @@ fn main() -> Result<()> {
         write!(
             line,
             " | {size}: {:.3} ({:.3}), {:.3} ({:.3})",
-            per(rising[k].raw[0], *size),
-            per(median(&rising[k].raw), *size),
-            per(falling[k].raw[0], *size),
-            per(median(&falling[k].raw), *size)
+            per(rising[k][0], *size),
+            per(median(&rising[k]), *size),
+            per(falling[k][0], *size),
+            per(median(&falling[k]), *size)
         )?;
     }
     println!("{line}");
     // The best of both passes at each size: the least disturbed by the host.
     let best: Vec<Duration> = (0..SIZES.len())
-        .map(|k| rising[k].raw[0].min(falling[k].raw[0]))
+        .map(|k| rising[k][0].min(falling[k][0]))
         .collect();
     let mut line = String::from("  read   ours  best of both passes");
     for (k, size) in SIZES.iter().enumerate() {
@@ -342,27 +309,6 @@ fn main() -> Result<()> {
             per(best[k], *size)
         )?;
     }
-    println!("{line}");
-    // Relative to the calibration around it, a read's cost no longer moves
-    // with the host's load; per export, in percent of the calibration.
-    let relative: Vec<f64> = (0..SIZES.len())
-        .map(|k| rising[k].relative[0].min(falling[k].relative[0]) * 100.0 / SIZES[k] as f64)
-        .collect();
-    let mut line = String::from(
-        "  read   ours  relative to 500 reads of /proc/self/stat just before and after, per export, best of both passes",
-    );
-    for (k, size) in SIZES.iter().enumerate() {
-        write!(line, " | {size}: {:.3}%", relative[k])?;
-    }
-    let calibrations = rising.iter().chain(&falling).flat_map(|r| &r.calibrations);
-    let fastest = calibrations.clone().min().copied().unwrap_or_default();
-    let slowest = calibrations.max().copied().unwrap_or_default();
-    write!(
-        line,
-        " (the calibration took {:.1} to {:.1} ms over the run)",
-        ms(fastest),
-        ms(slowest)
-    )?;
     println!("{line}");
     let mut line = String::from("  read   shell (once)");
     for (size, r) in SIZES.iter().zip(&shell_reads) {
@@ -388,12 +334,9 @@ fn main() -> Result<()> {
         _ => "-".to_owned(),
     };
     let ours_best = |k: usize| Some(per(best[k], SIZES[k]));
-    let ours_relative = |k: usize| Some(relative[k]);
     let shell_cost = |k: usize| shell_reads[k].map(|d| per(d, SIZES[k]));
     println!(
-        "  read   linearity, per-export cost 250/100 and 500/250 (1.00 = linear): ours relative {} {}; ours ms best of both {} {}; shell {} {}",
-        growth(0, 1, &ours_relative),
-        growth(1, 2, &ours_relative),
+        "  read   linearity, per-export cost 250/100 and 500/250 (1.00 = linear): ours (best of both passes) {} {}; shell {} {}",
         growth(0, 1, &ours_best),
         growth(1, 2, &ours_best),
         growth(0, 1, &shell_cost),
