@@ -54,7 +54,7 @@ fn lvm() -> Arc<sys::lvm::Lvm> {
 }
 
 struct Fixture {
-    agent: Agent,
+    agent: std::sync::Arc<Agent>,
     state: tempfile::TempDir,
 }
 
@@ -80,7 +80,7 @@ fn agent(backends: Vec<Arc<dyn Backend>>) -> Fixture {
     ];
     let marks = MarkStore::open(state.path().join("agent")).unwrap();
     Fixture {
-        agent: Agent::new(backends, exporters, marks),
+        agent: std::sync::Arc::new(Agent::new(backends, exporters, marks)),
         state,
     }
 }
