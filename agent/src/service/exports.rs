@@ -84,8 +84,8 @@ impl Agent {
     /// made, recorded or not: an export interrupted before its mark was
     /// written is removed too.
     pub(super) async fn unexport_all(&self, id: &VolumeId) -> Result<(), AgentError> {
-        for exporter in self.exporters.values().cloned() {
-            let vid = id.clone();
+        for exporter in self.exporters.values() {
+            let (exporter, vid) = (exporter.clone(), id.clone());
             blocking(move || exporter.unexport(&vid)).await?;
         }
         Ok(())
