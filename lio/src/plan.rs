@@ -621,7 +621,7 @@ mod tests {
         // TPG LUN and of the ACL's mapped LUN.
         let mut present = as_present(&desired, 0);
         let tpgt = Tpgt::new(1).expect("tpgt");
-        for tpg in present
+        if let Some(tpg) = present
             .targets
             .get_mut(&iqn("v"))
             .and_then(|t| t.tpgs.get_mut(&tpgt))
