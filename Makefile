@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: deps demo test unit lab bench lint fmt
+.PHONY: deps demo test unit lab bench lint fmt csi-conformance
 
 ## Install everything the build and the kernel lab need (idempotent).
 deps:
@@ -15,8 +15,12 @@ demo: deps
 ## Unit tests on the host, then the lab tests against the real kernel.
 test: deps unit lab
 
-unit: lint
+unit: lint csi-conformance
 	cargo test --workspace
+
+## proto/csi/v1/csi.proto against the official CSI Go bindings' descriptor.
+csi-conformance:
+	bash scripts/csi-conformance.sh
 
 lint:
 	cargo fmt --all -- --check

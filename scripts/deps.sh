@@ -87,4 +87,20 @@ if ! python3 -c 'import grpc, grpc_tools.protoc, google.protobuf.json_format' >/
   pip install -q grpcio grpcio-tools
 fi
 python3 -c 'import grpc, grpc_tools.protoc' || { echo "deps: python3 cannot import grpc and grpc_tools after pip install" >&2; exit 1; }
+# Go, for the csi.v1 conformance check (proto/csi/conformance, whose go.mod
+# asks for go 1.23): a Go already on the machine if new enough, else Debian's
+# from bookworm-backports. Then the check's modules (pinned by go.sum) into the
+# module cache, so later runs need no network.
+export PATH="$PATH:/usr/local/go/bin"
+go_ok() {
+  local v
+  v=$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null) || return 1
+  v=${v#go}
+  [ "$(printf '%s\n' 1.23 "$v" | sort -V | head -n1)" = 1.23 ]
+}
+if ! go_ok; then
+  $SUDO apt-get install -y -q --no-install-recommends -t bookworm-backports golang-go
+fi
+go_ok || { echo "deps: no go >= 1.23 on PATH after installing golang-go" >&2; exit 1; }
+(cd "$(dirname "$0")/../proto/csi/conformance" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download)
 echo "deps: ready (kernel $(ls /lib/modules | sort -V | tail -n1))"
