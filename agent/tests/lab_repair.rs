@@ -52,6 +52,16 @@ fn zfs_backend(lab: &Lab, name: &str) -> (String, Arc<dyn Backend>) {
     (format!("{}/{parent}", lab.pool), Arc::new(backend))
 }
 
+/// An in-process agent exporting on 127.0.0.1 through this file's nvmet port.
+fn local_agent(backend: Arc<dyn Backend>) -> Fixture {
+    agent_on(
+        vec![backend],
+        IpAddr::from([127, 0, 0, 1]),
+        PORT_ID,
+        NVME_PORT,
+    )
+}
+
 /// Whether configfs holds any nvmet or LIO object of `id`'s exports.
 fn exported_anywhere(id: &str) -> Vec<String> {
     let own = OwnExports::of(&VolumeId::parse(id).unwrap());
@@ -157,12 +167,7 @@ async fn repair_a_half_done_export_is_undone_and_a_half_made_port_is_repaired() 
     );
 
     let (_, backend) = zfs_backend(&lab, "repair7");
-    let g = agent_on(
-        vec![backend],
-        IpAddr::from([127, 0, 0, 1]),
-        PORT_ID,
-        NVME_PORT,
-    );
+    let g = local_agent(backend);
     let id = format!("{}/h7", lab.pool);
     g.agent
         .create_volume(
@@ -207,12 +212,7 @@ async fn repair_a_half_done_export_is_undone_and_a_half_made_port_is_repaired() 
 async fn repair_half_made_lio_mapped_luns_are_linked_again_or_removed() -> R {
     let lab = Lab::get();
     let (parent, backend) = zfs_backend(&lab, "repair3");
-    let f = agent_on(
-        vec![backend],
-        IpAddr::from([127, 0, 0, 1]),
-        PORT_ID,
-        NVME_PORT,
-    );
+    let f = local_agent(backend);
     let id = format!("{}/h3", lab.pool);
     let t = Some(token("u3", 1));
     f.agent
@@ -285,15 +285,9 @@ async fn repair_a_released_preserved_lv_is_not_exported_without_a_new_import() -
     sh(&format!("mkfs.ext4 -q {dev}"));
     let id = format!("{vg}/{name}");
     let ident = lv_identity(&vg, &name);
-    let f = {
-        let b = pillar_csi_agent::backend::LvmBackend::new(lvm(), &vg, None).unwrap();
-        agent_on(
-            vec![Arc::new(b)],
-            IpAddr::from([127, 0, 0, 1]),
-            PORT_ID,
-            NVME_PORT,
-        )
-    };
+    let f = local_agent(Arc::new(
+        pillar_csi_agent::backend::LvmBackend::new(lvm(), &vg, None).unwrap(),
+    ));
     let nvme = Protocol::NvmeofTcp;
     import_lv(&f, &ident, LvPolicy::PreserveOriginal, 1 << 20, "u4").await?;
     f.agent
@@ -344,12 +338,7 @@ async fn repair_a_released_preserved_lv_is_not_exported_without_a_new_import() -
 async fn repair_a_zvol_replaced_under_its_name_is_not_touched() -> R {
     let lab = Lab::get();
     let (parent, backend) = zfs_backend(&lab, "repair5");
-    let f = agent_on(
-        vec![backend],
-        IpAddr::from([127, 0, 0, 1]),
-        PORT_ID,
-        NVME_PORT,
-    );
+    let f = local_agent(backend);
     let id = format!("{}/h5", lab.pool);
     let t = Some(token("u5", 1));
     let nvme = Protocol::NvmeofTcp;

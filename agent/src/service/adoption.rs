@@ -1,6 +1,6 @@
 //! CreateVolume with an import source (adopting an existing zvol or LV) and
 //! ReleaseVolume.
-use super::{blocking, describe, Agent};
+use super::{blocking, describe, sized, Agent};
 use crate::{
     adopt::{in_use, usage, OwnExports},
     backend::{Backend, BackendKind, ImportSource, VolumeState},
@@ -163,12 +163,7 @@ impl Agent {
         source: ImportSource,
         token: Option<&Token>,
     ) -> Result<VolumeState, AgentError> {
-        let id = VolumeId::parse(id)?;
-        if bytes == 0 {
-            return Err(AgentError::InvalidArgument(format!(
-                "volume {id}: capacity_bytes must be greater than 0"
-            )));
-        }
+        let id = sized(id, bytes, "capacity_bytes")?;
         let backend = self.backend(&id, kind)?;
         let token = token.cloned();
         self.detached(move |agent| async move {

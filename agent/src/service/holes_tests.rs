@@ -17,6 +17,23 @@ fn exported(f: &Fixture, id: &str) -> Result<Option<ExportRecord>, AgentError> {
         .cloned())
 }
 
+/// A zvol made outside the agent (`tank/k8s/old`), imported as `tank/old` by
+/// lifecycle `uid`; returns the import source.
+async fn imported(f: &Fixture, uid: &str) -> Result<ImportSource, AgentError> {
+    let at = BackendRecord::Zvol {
+        dataset: "tank/k8s/old".into(),
+        guid: None,
+    };
+    f.backend.create(&at, 10, &CreateOptions::default())?;
+    let source = ImportSource::Zvol {
+        dataset: "tank/k8s/old".into(),
+    };
+    f.agent
+        .import_volume("tank/old", None, 10, source.clone(), tok(uid, 1).as_ref())
+        .await?;
+    Ok(source)
+}
+
 async fn created(f: &Fixture, id: &str, uid: &str) -> Result<(), AgentError> {
     f.agent
         .create_volume(id, None, 10, CreateOptions::default(), tok(uid, 1).as_ref())
@@ -154,16 +171,7 @@ async fn a_released_adopted_volume_is_not_exported_without_a_new_import() -> Res
 {
     let f = fixture();
     let a = &f.agent;
-    let at = BackendRecord::Zvol {
-        dataset: "tank/k8s/old".into(),
-        guid: None,
-    };
-    f.backend.create(&at, 10, &CreateOptions::default())?;
-    let source = ImportSource::Zvol {
-        dataset: "tank/k8s/old".into(),
-    };
-    a.import_volume("tank/old", None, 10, source.clone(), tok("u1", 1).as_ref())
-        .await?;
+    let source = imported(&f, "u1").await?;
     a.export_volume(
         "tank/old",
         None,
@@ -234,16 +242,7 @@ async fn a_create_that_failed_after_making_the_volume_keeps_it_recorded() -> Res
 async fn an_import_retry_records_its_newer_generation() -> Result<(), AgentError> {
     let f = fixture();
     let a = &f.agent;
-    let at = BackendRecord::Zvol {
-        dataset: "tank/k8s/old".into(),
-        guid: None,
-    };
-    f.backend.create(&at, 10, &CreateOptions::default())?;
-    let source = ImportSource::Zvol {
-        dataset: "tank/k8s/old".into(),
-    };
-    a.import_volume("tank/old", None, 10, source.clone(), tok("u1", 1).as_ref())
-        .await?;
+    let source = imported(&f, "u1").await?;
     a.import_volume("tank/old", None, 10, source, tok("u1", 4).as_ref())
         .await?;
     let stale = a

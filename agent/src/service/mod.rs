@@ -72,6 +72,18 @@ fn recorded(id: &VolumeId, mark: &FenceMark) -> Result<BackendRecord, AgentError
     }))
 }
 
+/// The volume ID and the size in `field` a request names, checked before
+/// anything else (bad input changes nothing).
+fn sized(id: &str, bytes: u64, field: &str) -> Result<VolumeId, AgentError> {
+    let id = VolumeId::parse(id)?;
+    if bytes == 0 {
+        return Err(AgentError::InvalidArgument(format!(
+            "volume {id}: {field} must be greater than 0"
+        )));
+    }
+    Ok(id)
+}
+
 /// `vg/lv (UUIDs, policy)` or the zvol's dataset, for messages.
 fn describe(pin: &AdoptedSource) -> String {
     match pin {

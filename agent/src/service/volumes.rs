@@ -1,5 +1,5 @@
 //! CreateVolume, DeleteVolume and ExpandVolume.
-use super::{blocking, describe, recorded, Agent};
+use super::{blocking, describe, recorded, sized, Agent};
 use crate::{
     backend::{Backend, BackendKind, CreateOptions, VolumeState},
     error::AgentError,
@@ -21,12 +21,7 @@ impl Agent {
         options: CreateOptions,
         token: Option<&Token>,
     ) -> Result<VolumeState, AgentError> {
-        let id = VolumeId::parse(id)?;
-        if bytes == 0 {
-            return Err(AgentError::InvalidArgument(format!(
-                "volume {id}: capacity_bytes must be greater than 0"
-            )));
-        }
+        let id = sized(id, bytes, "capacity_bytes")?;
         let backend = self.backend(&id, kind)?;
         let at = backend.locate(&id)?;
         let token = token.cloned();
@@ -181,12 +176,7 @@ impl Agent {
         bytes: u64,
         token: Option<&Token>,
     ) -> Result<u64, AgentError> {
-        let id = VolumeId::parse(id)?;
-        if bytes == 0 {
-            return Err(AgentError::InvalidArgument(format!(
-                "volume {id}: requested_bytes must be greater than 0"
-            )));
-        }
+        let id = sized(id, bytes, "requested_bytes")?;
         let backend = self.backend(&id, kind)?;
         backend.locate(&id)?;
         let token = token.cloned();
