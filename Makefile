@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: deps demo test unit lab bench lint fmt
+.PHONY: deps demo test unit lab bench lint doc fmt
 
 ## Install everything the build and the kernel lab need (idempotent).
 deps:
@@ -15,12 +15,20 @@ demo: deps
 ## Unit tests on the host, then the lab tests against the real kernel.
 test: deps unit lab
 
-unit: lint
+unit: lint doc
 	cargo test --workspace
 
 lint:
 	cargo fmt --all -- --check
+	cargo fmt --manifest-path tests/consumer/Cargo.toml -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+## The libraries other Rust tools link (see the README's "Libraries").
+LIBS := pillar-csi-configfs pillar-csi-nvmet pillar-csi-lio pillar-csi-host pillar-csi-zfs-sys pillar-csi-lvm-sys
+
+## Their API docs, with warnings (broken links, missing docs) as errors.
+doc:
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps $(addprefix -p ,$(LIBS))
 
 lab:
 	tests/lab/run tests $(if $(FILTER),-- $(FILTER))
@@ -31,3 +39,4 @@ bench: deps
 
 fmt:
 	cargo fmt --all
+	cargo fmt --manifest-path tests/consumer/Cargo.toml

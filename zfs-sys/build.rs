@@ -108,7 +108,9 @@ fn main() {
             .atleast_version(MIN_OPENZFS)
             .probe(lib)
             .unwrap_or_else(|e| match e {
-                pkg_config::Error::Command { .. } => missing("pkg-config cannot run", "pkg-config", e),
+                pkg_config::Error::Command { .. } => {
+                    missing("pkg-config cannot run", "pkg-config", e)
+                }
                 _ => missing(
                     &format!("{lib}.pc of OpenZFS {MIN_OPENZFS} or later not found"),
                     "libzfslinux-dev (bookworm-backports or later)",

@@ -39,8 +39,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Read back: attributes without their newline, children sorted, links
     // relative to the tree's root.
-    println!("attr_model = {:?}", tree.read_attr(&format!("{sub}/attr_model"))?);
-    println!("allowed_hosts = {:?}", tree.children(&format!("{sub}/allowed_hosts"))?);
+    println!(
+        "attr_model = {:?}",
+        tree.read_attr(&format!("{sub}/attr_model"))?
+    );
+    println!(
+        "allowed_hosts = {:?}",
+        tree.children(&format!("{sub}/allowed_hosts"))?
+    );
     println!("{admitted} -> {}", tree.link_target(&admitted)?.display());
 
     // Take it down in the reverse order: the link, then the objects. A

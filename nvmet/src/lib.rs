@@ -13,7 +13,15 @@
 //! drives the kernel target can link. It is synchronous and does no locking;
 //! callers serialise changes to the objects they own.
 //!
-//! ```no_run
+//! # Host
+//!
+//! configfs mounted at `/sys/kernel/config`, the `nvmet` module loaded (and
+//! `nvmet-tcp` or `nvmet-rdma` for ports of that transport), root. No C
+//! library and no async runtime. The package is `pillar-csi-nvmet`; the
+//! crate is `nvmet`. A fuller walk-through, with teardown, is
+//! `examples/nvmet_export.rs`.
+//!
+//! //! ```no_run
 //! use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem};
 //!
 //! let target = Nvmet::open()?;

@@ -7,10 +7,12 @@
 //!
 //! Needs the zfs module and a pool, a volume group with a thin pool, and
 //! udev running (device nodes appear through it).
-use std::{error::Error, fs::OpenOptions, os::unix::fs::OpenOptionsExt, path::Path, time::Duration};
+use std::{
+    error::Error, fs::OpenOptions, os::unix::fs::OpenOptionsExt, path::Path, time::Duration,
+};
 use sys::{
     block::Host,
-    lvm::{Lvm, LvName, VgName},
+    lvm::{LvName, Lvm, VgName},
     zfs::{DatasetName, Provisioning, Zfs, ZvolSpec},
 };
 
@@ -29,7 +31,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     spec.provisioning = Provisioning::Sparse;
     zfs.create_zvol(&spec)?;
     let dev = zfs.wait_device(&zvol, Duration::from_secs(20))?;
-    println!("created {zvol}: {} bytes at {}", zfs.volsize(&zvol)?, dev.display());
+    println!(
+        "created {zvol}: {} bytes at {}",
+        zfs.volsize(&zvol)?,
+        dev.display()
+    );
 
     // Who uses it? Hold it open exclusively, as a filesystem or a SCSI
     // target would, and ask; then let go and ask again.
@@ -54,7 +60,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     let (vg, thin_pool) = (VgName::new(vg)?, LvName::new(thin_pool)?);
     let name = LvName::new("sys-example")?;
     let lv = lvm.create_thin(&vg, &thin_pool, &name, 64 << 20)?;
-    println!("created {vg}/{name}: {} bytes at {}, UUID {}", lv.size, lv.path.display(), lv.uuid);
+    println!(
+        "created {vg}/{name}: {} bytes at {}, UUID {}",
+        lv.size,
+        lv.path.display(),
+        lv.uuid
+    );
     report(&host, &lv.path)?;
 
     // Removed only while its UUID is still the one created: a same-named
@@ -75,7 +86,11 @@ fn report(host: &Host, dev: &Path) -> Result<(), Box<dyn Error>> {
         println!("{} ({}): idle", dev.display(), usage.device.name);
     }
     for reason in usage.reasons() {
-        println!("{} ({}): in use: {reason}", dev.display(), usage.device.name);
+        println!(
+            "{} ({}): in use: {reason}",
+            dev.display(),
+            usage.device.name
+        );
     }
     Ok(())
 }

@@ -42,7 +42,8 @@ fn lio_export(iqn: &lio::Iqn, object: &lio::StorageObjectName, dev: &Path) -> Re
         ..Default::default()
     };
     tpg.portals.insert("127.0.0.1:3271".parse()?);
-    tpg.luns.insert(lio::Lun(0), lio::TpgLun::new(object.clone()));
+    tpg.luns
+        .insert(lio::Lun(0), lio::TpgLun::new(object.clone()));
     let mut target = lio::Target::default();
     target.tpgs.insert(lio::Tpgt::new(1)?, tpg);
     state.targets.insert(iqn.clone(), target);
@@ -82,7 +83,11 @@ fn consumer_zvol_exported_by_nvmet_and_lio_is_in_use_until_torn_down() -> Result
     let objects: Vec<&str> = usage.lio.iter().map(|u| u.name.as_str()).collect();
     assert_eq!(subsystems, [nqn.as_str()]);
     assert_eq!(objects, [tag.as_str()]);
-    assert_eq!(usage.exclusive, Exclusive::Busy, "LIO iblock claims the device");
+    assert_eq!(
+        usage.exclusive,
+        Exclusive::Busy,
+        "LIO iblock claims the device"
+    );
 
     scsi.teardown(&lio::Teardown {
         targets: [iqn].into(),
