@@ -25,7 +25,7 @@
 //! `pillar-csi-configfs`; the crate is `configfs`. A fuller walk-through is
 //! `examples/configfs_tree.rs`.
 //!
-//! //! ```no_run
+//! ```no_run
 //! use configfs::{Component, Step, Tree};
 //!
 //! let tree = Tree::open("/sys/kernel/config/nvmet")?;

@@ -36,7 +36,7 @@
 //! is `lio`. A fuller walk-through, with teardown, is
 //! `examples/lio_export.rs`.
 //!
-//! //! ```no_run
+//! ```no_run
 //! use lio::{Acl, Iqn, Lio, Lun, MappedLun, State, StorageObject, StorageObjectName, Target, Tpg, TpgLun, Tpgt};
 //!
 //! let lio = Lio::open()?;

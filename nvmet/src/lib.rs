@@ -21,7 +21,7 @@
 //! crate is `nvmet`. A fuller walk-through, with teardown, is
 //! `examples/nvmet_export.rs`.
 //!
-//! //! ```no_run
+//! ```no_run
 //! use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem};
 //!
 //! let target = Nvmet::open()?;

@@ -49,7 +49,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     // Never recursive: a zvol with snapshots would be refused.
     zfs.destroy(&zvol)?;
-    if zfs.exists(&zvol.to_string()) {
+    if zfs.exists(zvol.as_str()) {
         return Err(format!("{zvol} is still there").into());
     }
     println!("destroyed {zvol}");

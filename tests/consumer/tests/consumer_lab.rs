@@ -101,6 +101,6 @@ fn consumer_zvol_exported_by_nvmet_and_lio_is_in_use_until_torn_down() -> Result
     let after = host.usage(&dev)?;
     assert!(after.is_idle(), "still in use: {:?}", after.reasons());
     zfs.destroy(&name)?;
-    assert!(!zfs.exists(&name.to_string()), "{name} was destroyed");
+    assert!(!zfs.exists(name.as_str()), "{name} was destroyed");
     Ok(())
 }
