@@ -69,11 +69,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         so.udev_path.display(),
         so.enabled
     );
+    let portals: Vec<String> = tpg.portals.iter().map(|p| p.to_string()).collect();
+    let luns: Vec<String> = tpg.luns.keys().map(Lun::to_string).collect();
+    let acls: Vec<String> = tpg.acls.keys().map(Iqn::to_string).collect();
     println!(
-        "{iqn}: portals {:?}, LUNs {:?}, ACLs {:?}",
-        tpg.portals,
-        tpg.luns.keys().collect::<Vec<_>>(),
-        tpg.acls.keys().collect::<Vec<_>>()
+        "{iqn}: TPG 1 portals: {}; LUNs: {}; ACLs: {}",
+        portals.join(", "),
+        luns.join(", "),
+        acls.join(", ")
     );
 
     // Tear down the target (ACLs, LUNs, portal, TPG) and then the storage

@@ -52,12 +52,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Read back what the kernel holds now.
     let present = target.read_scoped(&desired)?;
-    let namespace = &present.subsystems[&nqn].namespaces[&Nsid::new(1)?];
+    let served = &present.subsystems[&nqn];
+    let namespace = &served.namespaces[&Nsid::new(1)?];
+    let hosts: Vec<String> = served.allowed_hosts.iter().map(Nqn::to_string).collect();
     println!(
-        "{nqn}: namespace 1 on {} (enabled: {}), allowed hosts {:?}",
+        "{nqn}: namespace 1 on {} (enabled: {}), allowed hosts: {}",
         namespace.device_path.display(),
         namespace.enabled,
-        present.subsystems[&nqn].allowed_hosts,
+        hosts.join(", "),
     );
 
     // Tear down: the subsystem, the port and the host entry, with
