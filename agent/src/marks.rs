@@ -14,6 +14,7 @@ use std::{
     fs,
     io::{self, Write},
     path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
 };
 
 /// The format version written in every mark.
@@ -39,6 +40,12 @@ pub enum BackendRecord {
     Zvol {
         /// Its full dataset name.
         dataset: String,
+        /// The zvol's GUID (the `guid` property), pinned at creation or
+        /// import: an export, resize or removal checks it, so a zvol renamed
+        /// away and re-created under the same name is never touched. Marks
+        /// written before the pin existed have none and are not checked.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        guid: Option<String>,
     },
     /// A logical volume.
     Lv {
@@ -98,7 +105,7 @@ impl AdoptedSource {
 impl std::fmt::Display for BackendRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            BackendRecord::Zvol { dataset } => write!(f, "zvol {dataset}"),
+            BackendRecord::Zvol { dataset, .. } => write!(f, "zvol {dataset}"),
             BackendRecord::Lv { vg, lv, .. } => write!(f, "logical volume {vg}/{lv}"),
         }
     }
@@ -173,6 +180,13 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> MarkError + '_ {
     }
 }
 
+/// Makes the entries of folder `dir` durable.
+fn sync_dir(dir: &Path) -> Result<(), MarkError> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))
+}
+
 /// Encodes a volume ID as a file name stem.
 pub fn encode(volume_id: &str) -> String {
     let mut out = String::with_capacity(volume_id.len());
@@ -211,15 +225,22 @@ pub struct MarkStore {
 }
 
 impl MarkStore {
-    /// Opens (creating if needed, mode 0700) the folder of marks.
+    /// Opens (creating if needed, mode 0700) the folder of marks. A folder
+    /// it creates is made durable in its parent before any mark is written.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, MarkError> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = dir.into();
+        let existed = dir.is_dir();
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)
             .map_err(io_err(&dir))?;
+        if !existed {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(parent)?;
+            }
+        }
         Ok(Self { dir })
     }
 
@@ -262,14 +283,18 @@ impl MarkStore {
         Ok(Some(mark))
     }
 
-    /// Writes `mark` atomically and durably.
+    /// Writes `mark` atomically and durably. Each write has a temporary
+    /// file of its own, so two writes at once never share one.
     pub fn save(&self, mark: &FenceMark) -> Result<(), MarkError> {
+        static WRITES: AtomicU64 = AtomicU64::new(0);
         let path = self.path(&mark.volume_id)?;
         let tmp = self.dir.join(format!(
-            ".{}.tmp",
+            ".{}.{}.{}.tmp",
             path.file_name()
                 .map(|n| n.to_string_lossy())
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            std::process::id(),
+            WRITES.fetch_add(1, Ordering::Relaxed)
         ));
         let body = serde_json::to_vec_pretty(mark).map_err(|e| MarkError::Io {
             path: path.clone(),
@@ -281,9 +306,7 @@ impl MarkStore {
             f.sync_all().map_err(io_err(&tmp))?;
         }
         fs::rename(&tmp, &path).map_err(io_err(&path))?;
-        fs::File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_err(&self.dir))
+        sync_dir(&self.dir)
     }
 
     /// Removes the mark of `volume_id` (only to undo an intent this agent
@@ -295,9 +318,7 @@ impl MarkStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(io_err(&path)(e)),
         }
-        fs::File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_err(&self.dir))
+        sync_dir(&self.dir)
     }
 
     /// Every volume ID with a mark file, sorted.
@@ -356,6 +377,7 @@ mod tests {
         mark.fence = fence;
         mark.backend = Some(BackendRecord::Zvol {
             dataset: "tank/k8s/pvc-1".into(),
+            guid: Some("12345".into()),
         });
         store.save(&mark)?;
         store.save(&FenceMark::new("vg/lv"))?;
@@ -377,6 +399,57 @@ mod tests {
             store.load(&"x".repeat(300)),
             Err(MarkError::TooLong(_))
         ));
+        Ok(())
+    }
+
+    #[test]
+    fn concurrent_saves_of_one_mark_never_collide() -> Result<(), Box<dyn std::error::Error>> {
+        // Two writers of one volume's mark at once (a detached operation and
+        // the next request, say) each need a temporary file of their own: a
+        // shared name makes one writer rename the other's half-written file.
+        let dir = tempfile::tempdir()?;
+        let store = MarkStore::open(dir.path().join("agent"))?;
+        let writers: Vec<_> = (0..4u64)
+            .map(|w| {
+                let store = store.clone();
+                std::thread::spawn(move || -> Result<(), MarkError> {
+                    for i in 0..150u64 {
+                        let mut mark = FenceMark::new("tank/pvc-1");
+                        mark.backend = Some(BackendRecord::Zvol {
+                            dataset: format!("tank/k8s/pvc-{w}-{i}"),
+                            guid: None,
+                        });
+                        store.save(&mark)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().map_err(|_| "writer panicked")??;
+        }
+        assert!(store.load("tank/pvc-1")?.is_some(), "the mark parses");
+        let left: Vec<_> = fs::read_dir(store.dir())?
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(left.len(), 1, "no temporary file is left: {left:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_mark_written_before_the_zvol_pin_still_reads() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let store = MarkStore::open(dir.path())?;
+        let mut mark = FenceMark::new("tank/old");
+        mark.backend = Some(BackendRecord::Zvol {
+            dataset: "tank/k8s/old".into(),
+            guid: None,
+        });
+        store.save(&mark)?;
+        let text = fs::read_to_string(store.path("tank/old")?)?;
+        assert!(!text.contains("guid"), "{text}");
+        assert_eq!(store.load("tank/old")?, Some(mark));
         Ok(())
     }
 }

@@ -8,15 +8,7 @@
 //!
 //! Run with `tests/lab/run tests -- adopt_`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-use pillar_csi_agent::{
-    backend::{Backend, ImportSource, LvmBackend, VolumeState, ZfsBackend},
-    config::Listener,
-    error::AgentError,
-    export::{Exporter, LioExporter, NvmetExporter, Protocol},
-    fence::Token,
-    marks::{ExportRecord, MarkStore},
-    service::Agent,
-};
+use pillar_csi_agent::{error::AgentError, export::Protocol, marks::ExportRecord};
 use pillar_csi_lab::{
     agent::{pb, AgentConfig, AgentProcess},
     cmd::run,
@@ -25,129 +17,14 @@ use pillar_csi_lab::{
 };
 use std::{
     fs,
-    net::IpAddr,
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
-    sync::{Arc, OnceLock},
 };
 use sys::adopt::{LvIdentity, LvPolicy};
 use tonic::Code;
 
-type R = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-const HOST_NQN: &str = "nqn.2026-01.com.bhyoo.pillar-csi.lab:adopt-host";
-
-fn sh(script: &str) -> String {
-    run("sh", &["-c", script]).unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn zfs() -> Arc<sys::zfs::Zfs> {
-    static Z: OnceLock<Arc<sys::zfs::Zfs>> = OnceLock::new();
-    Z.get_or_init(|| Arc::new(sys::zfs::Zfs::open().expect("libzfs")))
-        .clone()
-}
-
-fn lvm() -> Arc<sys::lvm::Lvm> {
-    static L: OnceLock<Arc<sys::lvm::Lvm>> = OnceLock::new();
-    L.get_or_init(|| sys::lvm::Lvm::start_shared().expect("liblvm2cmd"))
-        .clone()
-}
-
-struct Fixture {
-    agent: Agent,
-    state: tempfile::TempDir,
-}
-
-fn agent(backends: Vec<Arc<dyn Backend>>) -> Fixture {
-    let state = tempfile::tempdir().unwrap();
-    let local = IpAddr::from([127, 0, 0, 1]);
-    let exporters: Vec<Arc<dyn Exporter>> = vec![
-        Arc::new(NvmetExporter::new(
-            nvmet::Nvmet::open().unwrap(),
-            Listener {
-                address: local,
-                port: 4420,
-            },
-            nvmet::PortId(31),
-        )),
-        Arc::new(LioExporter::new(
-            lio::Lio::open().unwrap(),
-            Listener {
-                address: local,
-                port: 3260,
-            },
-        )),
-    ];
-    let marks = MarkStore::open(state.path().join("agent")).unwrap();
-    Fixture {
-        agent: Agent::new(backends, exporters, marks),
-        state,
-    }
-}
-
-fn zfs_agent(lab: &Lab, parent: &str) -> Fixture {
-    let b = ZfsBackend::new(zfs(), &lab.pool, Some(parent)).unwrap();
-    agent(vec![Arc::new(b)])
-}
-
-fn lvm_agent(lab: &Lab, thin: bool) -> Fixture {
-    let pool = thin.then_some(lab.thin_pool.as_str());
-    let b = LvmBackend::new(lvm(), &lab.vg, pool).unwrap();
-    agent(vec![Arc::new(b)])
-}
-
-fn token(uid: &str, generation: u64) -> Token {
-    Token {
-        volume_uid: uid.into(),
-        generation,
-    }
-}
-
-async fn import_zvol(
-    f: &Fixture,
-    id: &str,
-    dataset: &str,
-    bytes: u64,
-    uid: &str,
-) -> Result<VolumeState, AgentError> {
-    f.agent
-        .import_volume(
-            id,
-            None,
-            bytes,
-            ImportSource::Zvol {
-                dataset: dataset.into(),
-            },
-            Some(&token(uid, 1)),
-        )
-        .await
-}
-
-fn refusal(r: Result<VolumeState, AgentError>) -> String {
-    match r {
-        Ok(v) => panic!("expected a refusal, the import succeeded: {v:?}"),
-        Err(e) => {
-            assert!(
-                matches!(e, AgentError::FailedPrecondition(_)),
-                "refusals are FAILED_PRECONDITION: {e:?}"
-            );
-            e.to_string()
-        }
-    }
-}
-
-fn settle() {
-    let _ = run("udevadm", &["settle"]);
-}
-
-fn mkdir_tmp() -> PathBuf {
-    let d = tempfile::Builder::new()
-        .prefix("adopt-mnt")
-        .tempdir()
-        .unwrap()
-        .keep();
-    d
-}
+mod common;
+use common::*;
 
 // ---------------------------------------------------------------- zvols
 
@@ -418,39 +295,6 @@ fn libc_o_excl() -> i32 {
 }
 
 // ---------------------------------------------------------------- LVs
-
-fn lv_identity(vg: &str, lv: &str) -> LvIdentity {
-    let out = sh(&format!(
-        "lvs --noheadings --separator : -o vg_name,lv_name,vg_uuid,lv_uuid {vg}/{lv} | tr -d ' '"
-    ));
-    let parts: Vec<&str> = out.trim().split(':').collect();
-    sys::adopt::parse_import_lv(&format!(
-        "{}/{}:{}:{}",
-        parts[0], parts[1], parts[2], parts[3]
-    ))
-    .unwrap()
-}
-
-async fn import_lv(
-    f: &Fixture,
-    identity: &LvIdentity,
-    policy: LvPolicy,
-    bytes: u64,
-    uid: &str,
-) -> Result<VolumeState, AgentError> {
-    f.agent
-        .import_volume(
-            &format!("{}/{}", identity.vg, identity.lv),
-            None,
-            bytes,
-            ImportSource::Lv {
-                identity: identity.clone(),
-                policy,
-            },
-            Some(&token(uid, 1)),
-        )
-        .await
-}
 
 fn lv_exists(vg: &str, lv: &str) -> bool {
     run("lvs", &[&format!("{vg}/{lv}")]).is_ok()

@@ -58,6 +58,11 @@ pub struct Tpg {
     pub luns: BTreeMap<Lun, TpgLun>,
     /// Node ACLs by initiator name.
     pub acls: BTreeMap<Iqn, Acl>,
+    /// Read back: LUN folders that exist without their link to a storage
+    /// object, left by a crash between the `mkdir` and the `symlink` (or
+    /// between the `unlink` and the `rmdir`). They serve nothing; an apply
+    /// links a wanted one and removes the others. Empty in a desired state.
+    pub unlinked_luns: BTreeSet<Lun>,
 }
 
 /// Access attributes of a TPG (`tpgt_N/attrib/...`).
@@ -138,6 +143,11 @@ pub struct Acl {
     /// CHAP credentials the initiator must present (used when the TPG's
     /// `authentication` is on); `None` leaves whatever is set.
     pub chap: Option<Chap>,
+    /// Read back: mapped LUN folders without their link to a TPG LUN (a
+    /// crash between `mkdir` and `symlink`, or `unlink` and `rmdir`). An
+    /// apply links a wanted one and removes the others. Empty in a desired
+    /// state.
+    pub unlinked_mapped_luns: BTreeSet<Lun>,
 }
 
 /// A mapped LUN of a node ACL.

@@ -193,6 +193,11 @@ fn plan_tpg(
                         remove_mapped_lun(&acl_dir, *mapped, m, steps);
                     }
                 }
+                for mapped in &acl.unlinked_mapped_luns {
+                    if !w.mapped_luns.contains_key(mapped) {
+                        steps.push(Step::rmdir(format!("{acl_dir}/{}", mapped.dir())));
+                    }
+                }
             }
         }
     }
@@ -201,12 +206,20 @@ fn plan_tpg(
             remove_lun(&dir, *lun, l, steps);
         }
     }
+    for lun in have
+        .unlinked_luns
+        .difference(&want.luns.keys().copied().collect())
+    {
+        steps.push(Step::rmdir(format!("{dir}/lun/{}", lun.dir())));
+    }
     for (lun, l) in &want.luns {
         if have.luns.contains_key(lun) && !remade.contains(lun) {
             continue;
         }
         let lun_dir = format!("{dir}/lun/{}", lun.dir());
-        steps.push(Step::mkdir(&lun_dir));
+        if !have.unlinked_luns.contains(lun) {
+            steps.push(Step::mkdir(&lun_dir));
+        }
         steps.push(Step::symlink(
             so_dir(hba_of(&l.storage_object)?, &l.storage_object),
             format!("{lun_dir}/{LUN_LINK}"),
@@ -254,7 +267,11 @@ fn plan_tpg(
                     }
                 }
                 None => {
-                    steps.push(Step::mkdir(&m_dir));
+                    let half_made =
+                        have_acl.is_some_and(|a| a.unlinked_mapped_luns.contains(mapped));
+                    if !half_made {
+                        steps.push(Step::mkdir(&m_dir));
+                    }
                     steps.push(Step::symlink(
                         format!("{dir}/lun/{}", m.tpg_lun.dir()),
                         format!("{m_dir}/{MAPPED_LUN_LINK}"),
@@ -299,6 +316,9 @@ fn remove_acl(acl_dir: &str, acl: &Acl, steps: &mut Vec<Step>) {
     for (mapped, m) in &acl.mapped_luns {
         remove_mapped_lun(acl_dir, *mapped, m, steps);
     }
+    for mapped in &acl.unlinked_mapped_luns {
+        steps.push(Step::rmdir(format!("{acl_dir}/{}", mapped.dir())));
+    }
     steps.push(Step::rmdir(acl_dir));
 }
 
@@ -320,6 +340,9 @@ fn remove_tpg(iqn: &Iqn, tpgt: Tpgt, tpg: &Tpg, steps: &mut Vec<Step>) {
     }
     for (lun, l) in &tpg.luns {
         remove_lun(&dir, *lun, l, steps);
+    }
+    for lun in &tpg.unlinked_luns {
+        steps.push(Step::rmdir(format!("{dir}/lun/{}", lun.dir())));
     }
     for portal in &tpg.portals {
         steps.push(Step::rmdir(format!("{dir}/np/{}", portal_dir(portal))));
@@ -588,6 +611,60 @@ mod tests {
             plan_apply(&present, &desired, &BTreeMap::new())?,
             Vec::new()
         );
+        Ok(())
+    }
+
+    #[test]
+    fn half_made_lun_folders_are_linked_or_removed() -> Result<(), Error> {
+        let desired = export("v", "/dev/zd0", &["h1"]);
+        // The kernel after a crash between the mkdir and the symlink of the
+        // TPG LUN and of the ACL's mapped LUN.
+        let mut present = as_present(&desired, 0);
+        let tpgt = Tpgt::new(1).expect("tpgt");
+        if let Some(tpg) = present
+            .targets
+            .get_mut(&iqn("v"))
+            .and_then(|t| t.tpgs.get_mut(&tpgt))
+        {
+            tpg.luns.clear();
+            tpg.unlinked_luns.insert(Lun(0));
+            for acl in tpg.acls.values_mut() {
+                acl.mapped_luns.clear();
+                acl.unlinked_mapped_luns.insert(Lun(0));
+            }
+        }
+        let steps = plan_apply(&present, &desired, &BTreeMap::new())?;
+        assert!(
+            !steps.iter().any(|s| matches!(s, Step::Mkdir(_))),
+            "an existing folder is made again: {steps:#?}"
+        );
+        assert_eq!(
+            steps
+                .iter()
+                .filter(|s| matches!(s, Step::Symlink { .. }))
+                .count(),
+            2,
+            "{steps:#?}"
+        );
+        let steps = plan_teardown(
+            &present,
+            &Teardown {
+                targets: [iqn("v")].into(),
+                storage_objects: [so("v")].into(),
+            },
+        )?;
+        let rmdir = |suffix: &str| {
+            position(
+                &steps,
+                |s| matches!(s, Step::Rmdir(p) if p.ends_with(suffix)),
+            )
+        };
+        let (mapped, acl) = (
+            rmdir("acls/iqn.2026-01.org.example:h1/lun_0"),
+            rmdir("acls/iqn.2026-01.org.example:h1"),
+        );
+        let (lun, tpg) = (rmdir("lun/lun_0"), rmdir("tpgt_1"));
+        assert!(mapped < acl && lun < tpg && tpg < usize::MAX, "{steps:#?}");
         Ok(())
     }
 

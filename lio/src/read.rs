@@ -176,12 +176,17 @@ fn read_tpg(tree: &Tree, iqn: &Iqn, tpgt: Tpgt) -> Result<Tpg, Error> {
         portals.insert(parse_portal(&name)?);
     }
     let mut luns = BTreeMap::new();
+    let mut unlinked_luns = BTreeSet::new();
     for name in tree.children(&format!("{dir}/lun"))? {
         let lun = Lun::from_dir(&name)?;
-        // A LUN folder without a link serves nothing yet; it is not modelled.
-        if let Some((link, target)) = links(tree, &format!("{dir}/lun/{name}"))?
+        let Some((link, target)) = links(tree, &format!("{dir}/lun/{name}"))?
             .into_iter()
             .next()
+        else {
+            // Half-made or half-removed: a folder serving nothing.
+            unlinked_luns.insert(lun);
+            continue;
+        };
         {
             let so = target
                 .file_name()
@@ -207,18 +212,24 @@ fn read_tpg(tree: &Tree, iqn: &Iqn, tpgt: Tpgt) -> Result<Tpg, Error> {
         portals,
         luns,
         acls,
+        unlinked_luns,
     })
 }
 
 fn read_acl(tree: &Tree, dir: &str) -> Result<Acl, Error> {
     let mut mapped_luns = BTreeMap::new();
+    let mut unlinked_mapped_luns = BTreeSet::new();
     for name in tree.children(dir)? {
         if !name.starts_with("lun_") {
             continue; // attrib, auth, param, fabric_statistics
         }
         let mapped = Lun::from_dir(&name)?;
         let m_dir = format!("{dir}/{name}");
-        if let Some((link, target)) = links(tree, &m_dir)?.into_iter().next() {
+        let Some((link, target)) = links(tree, &m_dir)?.into_iter().next() else {
+            unlinked_mapped_luns.insert(mapped);
+            continue;
+        };
+        {
             let tpg_lun = target
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -240,7 +251,11 @@ fn read_acl(tree: &Tree, dir: &str) -> Result<Acl, Error> {
         .read_attr_opt(&format!("{dir}/auth/password"))?
         .unwrap_or_default();
     let chap = (!userid.is_empty() || !password.is_empty()).then_some(Chap { userid, password });
-    Ok(Acl { mapped_luns, chap })
+    Ok(Acl {
+        mapped_luns,
+        chap,
+        unlinked_mapped_luns,
+    })
 }
 
 pub(crate) fn read_all(tree: &Tree) -> Result<State, Error> {

@@ -215,11 +215,24 @@ fn plan_port(
         steps.extend(want.subsystems.difference(&linked).map(link));
     } else {
         // The kernel refuses address writes while the port is enabled, and a
-        // port is enabled while any subsystem is linked to it: unlink all,
-        // write, and link back what was there with what is wanted.
+        // port is enabled while any subsystem is linked to it: unlink, write,
+        // link again. Only subsystems the desired state names are moved with
+        // the port; unlinking another's would disconnect its hosts.
+        let others: Vec<String> = linked
+            .difference(&want.subsystems)
+            .map(|n| n.to_string())
+            .collect();
+        if !others.is_empty() {
+            return Err(Error::Conflict(format!(
+                "port {id} must move to {}, but subsystems this state does not name are linked to it ({}); moving it would disconnect their hosts",
+                want.address
+                    .map_or_else(|| want.transport.as_str().to_owned(), |a| a.to_string()),
+                others.join(", ")
+            )));
+        }
         steps.extend(linked.iter().map(unlink));
         steps.extend(attrs);
-        steps.extend(linked.union(&want.subsystems).map(link));
+        steps.extend(want.subsystems.iter().map(link));
     }
     Ok(())
 }
@@ -484,7 +497,8 @@ mod tests {
             "{steps:#?}"
         );
         assert!(steps.iter().any(|s| matches!(s, Step::Symlink { link, .. } if link == "ports/1/subsystems/nqn.2026-01.org.example:b")));
-        // Moving the port relinks both.
+        // Moving the port while a subsystem it does not name is linked is
+        // refused: that subsystem's hosts would be cut off.
         let mut moved = b.clone();
         if let Some(p) = moved.ports.get_mut(&PortId(1)) {
             p.address = Some("127.0.0.1:4421".parse().expect("addr"));
@@ -493,6 +507,15 @@ mod tests {
         both.subsystems.extend(b.subsystems.clone());
         if let Some(p) = both.ports.get_mut(&PortId(1)) {
             p.subsystems.insert(nqn("b"));
+        }
+        let refused = plan_apply(&both, &moved);
+        assert!(
+            matches!(&refused, Err(Error::Conflict(m)) if m.contains("nqn.2026-01.org.example:a")),
+            "{refused:?}"
+        );
+        // Naming both moves both.
+        if let Some(p) = moved.ports.get_mut(&PortId(1)) {
+            p.subsystems.insert(nqn("a"));
         }
         let relinks = plan_apply(&both, &moved)?
             .into_iter()

@@ -148,13 +148,22 @@ fn flag(dir: &Folder, rel: &str) -> Result<bool, Error> {
     })?)
 }
 
-/// A numeric attribute that older kernels may not have.
+/// A numeric attribute that older kernels may not have. The kernel shows a
+/// port parameter nobody set as `-1`: that reads as unset.
 fn number(dir: &Folder, rel: &str) -> Result<Option<u32>, Error> {
     let Some(value) = dir.read_attr_opt(rel)? else {
         return Ok(None);
     };
-    match value.trim().parse() {
-        Ok(n) => Ok(Some(n)),
+    match value.trim().parse::<i64>() {
+        Ok(n) if n < 0 => Ok(None),
+        Ok(n) => u32::try_from(n).map(Some).map_err(|_| {
+            configfs::Error::Parse {
+                path: dir.path().join(rel),
+                value: value.clone(),
+                why: "expected a number below 2^32".into(),
+            }
+            .into()
+        }),
         Err(_) => Err(configfs::Error::Parse {
             path: dir.path().join(rel),
             value,
@@ -249,7 +258,8 @@ mod tests {
 
     /// A copy of an nvmet tree: subsystem `a` with a namespace and an allowed
     /// host, subsystem `b` without serial and model files (an older kernel),
-    /// port 1 linking both (one link absolute, one relative), one host.
+    /// port 1 linking both (one link absolute, one relative, its queue size
+    /// unset), one host.
     fn fake_tree(root: &Path) -> std::io::Result<()> {
         let a = "subsystems/nqn.2026-01.org.example:a";
         let b = "subsystems/nqn.2026-01.org.example:b";
@@ -279,6 +289,8 @@ mod tests {
         write(root, "ports/1/addr_traddr", "127.0.0.1\n")?;
         write(root, "ports/1/addr_trsvcid", "4420\n")?;
         write(root, "ports/1/param_inline_data_size", "16384\n")?;
+        // A parameter nobody set reads -1 (a port whose enable failed).
+        write(root, "ports/1/param_max_queue_size", "-1\n")?;
         fs::create_dir_all(root.join("ports/1/subsystems"))?;
         symlink(
             root.join(a),

@@ -264,14 +264,27 @@ fn lvm_vg_and_thin_pool_capacity_match_the_cli() -> Result<()> {
     );
     assert!(v.free < v.size && v.size > 0);
 
-    let p = lvm.thin_pool(&vg, &pool)?;
-    let cli = cli_lvs(&lab.vg)?;
-    let c = &cli[pool.as_str()];
-    assert_eq!(p.size.to_string(), field(c, "lv_size"));
-    assert_eq!(p.data_percent, field(c, "data_percent").parse::<f64>()?);
+    // The pool's use moves while other thin volumes settle, so our reading
+    // and the CLI's are compared only when the CLI's read lies between two
+    // equal readings of ours (the pool did not change meanwhile).
+    let mut compared = None;
+    for _ in 0..20 {
+        let before = lvm.thin_pool(&vg, &pool)?;
+        let cli = cli_lvs(&lab.vg)?;
+        let after = lvm.thin_pool(&vg, &pool)?;
+        let use_of = |p: &sys::lvm::ThinPool| (p.data_percent, p.metadata_percent);
+        if use_of(&before) == use_of(&after) {
+            compared = Some((after, cli[pool.as_str()].clone()));
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (p, c) = compared.ok_or("the thin pool's use never held still for one CLI read")?;
+    assert_eq!(p.size.to_string(), field(&c, "lv_size"));
+    assert_eq!(p.data_percent, field(&c, "data_percent").parse::<f64>()?);
     assert_eq!(
         p.metadata_percent,
-        field(c, "metadata_percent").parse::<f64>()?
+        field(&c, "metadata_percent").parse::<f64>()?
     );
     assert!(p.data_percent > 0.0 && p.used >= 4 * MIB / 2, "{p:?}");
     assert_matches_cli(&p.lv)?;

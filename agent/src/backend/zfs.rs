@@ -44,13 +44,46 @@ impl ZfsBackend {
 
     fn dataset(at: &BackendRecord) -> Result<DatasetName, AgentError> {
         match at {
-            BackendRecord::Zvol { dataset } => {
+            BackendRecord::Zvol { dataset, .. } => {
                 DatasetName::new(dataset).map_err(|e| AgentError::InvalidArgument(e.to_string()))
             }
             other => Err(AgentError::Internal(format!(
                 "ZFS backend asked about {other:?}"
             ))),
         }
+    }
+
+    /// The zvol's GUID, as the `guid` property shows it.
+    fn guid(&self, name: &DatasetName) -> Result<String, AgentError> {
+        self.zfs
+            .property(name, "guid")?
+            .ok_or_else(|| AgentError::Internal(format!("zvol {name}: libzfs reported no guid")))
+    }
+
+    /// The record of the zvol `name` with its GUID pinned.
+    fn pinned(&self, name: &DatasetName) -> Result<BackendRecord, AgentError> {
+        Ok(BackendRecord::Zvol {
+            dataset: name.to_string(),
+            guid: Some(self.guid(name)?),
+        })
+    }
+
+    /// Refuses when the zvol now at `name` is not the one `at` pinned (it
+    /// was renamed away and another made under its name).
+    fn check_identity(&self, name: &DatasetName, at: &BackendRecord) -> Result<(), AgentError> {
+        let BackendRecord::Zvol {
+            guid: Some(pinned), ..
+        } = at
+        else {
+            return Ok(());
+        };
+        let found = self.guid(name)?;
+        if &found != pinned {
+            return Err(AgentError::FailedPrecondition(format!(
+                "identity: zvol {name} has GUID {found}, not the pinned {pinned}; it was renamed or re-created"
+            )));
+        }
+        Ok(())
     }
 
     fn state(&self, name: &DatasetName, wait: bool) -> Result<VolumeState, AgentError> {
@@ -88,6 +121,7 @@ impl Backend for ZfsBackend {
             .map_err(|e| AgentError::InvalidArgument(format!("volume {id}: {e}")))?;
         Ok(BackendRecord::Zvol {
             dataset: dataset.to_string(),
+            guid: None,
         })
     }
 
@@ -124,6 +158,7 @@ impl Backend for ZfsBackend {
         }
         spec.size = round_up(bytes, spec.volblocksize.unwrap_or(DEFAULT_VOLBLOCKSIZE));
         if self.zfs.exists(name.as_str()) {
+            self.check_identity(&name, at)?;
             let existing = self.state(&name, true)?;
             if existing.capacity_bytes < spec.size {
                 return Err(AgentError::AlreadyExists(format!(
@@ -131,9 +166,10 @@ impl Backend for ZfsBackend {
                     existing.capacity_bytes, spec.size
                 )));
             }
-            return Ok((at.clone(), existing));
+            return Ok((self.pinned(&name)?, existing));
         }
         self.zfs.create_zvol(&spec)?;
+        let record = self.pinned(&name)?;
         // Wait for the device node, but a slow udev never turns a created
         // volume into a failed create: export waits for the node again.
         let state = match self.state(&name, true) {
@@ -143,7 +179,7 @@ impl Backend for ZfsBackend {
                 self.state(&name, false)?
             }
         };
-        Ok((at.clone(), state))
+        Ok((record, state))
     }
 
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError> {
@@ -151,6 +187,7 @@ impl Backend for ZfsBackend {
         if !self.zfs.exists(name.as_str()) {
             return Ok(None);
         }
+        self.check_identity(&name, at)?;
         self.state(&name, true).map(Some)
     }
 
@@ -159,11 +196,13 @@ impl Backend for ZfsBackend {
         if !self.zfs.exists(name.as_str()) {
             return Ok(());
         }
+        self.check_identity(&name, at)?;
         Ok(self.zfs.destroy(&name)?)
     }
 
     fn expand(&self, at: &BackendRecord, bytes: u64) -> Result<u64, AgentError> {
         let name = Self::dataset(at)?;
+        self.check_identity(&name, at)?;
         let current = self.zfs.volsize(&name)?;
         if bytes <= current {
             return Ok(current);
@@ -270,9 +309,7 @@ impl Backend for ZfsBackend {
             return Err(refused(id, reason));
         }
         Ok((
-            BackendRecord::Zvol {
-                dataset: named.to_string(),
-            },
+            self.pinned(&named)?,
             VolumeState {
                 capacity_bytes: volsize,
                 device_path: device,

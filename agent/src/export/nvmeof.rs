@@ -39,6 +39,31 @@ impl NvmetExporter {
         ))?)
     }
 
+    /// When the port must move (it is half-made from a failed start, or the
+    /// agent now listens elsewhere), the subsystems of this agent linked to
+    /// it, so they move with it. Another tool's subsystem on the port makes
+    /// the plan refuse the move instead of cutting its hosts off.
+    fn own_links_if_moving(&self, want: &Port) -> Result<Vec<Nqn>, AgentError> {
+        let mut probe = State::default();
+        probe.ports.insert(
+            self.port,
+            Port {
+                subsystems: Default::default(),
+                ..want.clone()
+            },
+        );
+        let present = self.target.read_scoped(&probe)?;
+        Ok(match present.ports.get(&self.port) {
+            Some(p) if p.transport != want.transport || p.address != want.address => p
+                .subsystems
+                .iter()
+                .filter(|n| n.as_str().starts_with(NQN_PREFIX))
+                .cloned()
+                .collect(),
+            _ => Vec::new(),
+        })
+    }
+
     fn locked<T>(&self, f: impl FnOnce() -> Result<T, AgentError>) -> Result<T, AgentError> {
         let _guard = self
             .apply
@@ -97,8 +122,11 @@ impl Exporter for NvmetExporter {
         port.subsystems.insert(nqn.clone());
         let mut desired = State::default();
         desired.subsystems.insert(nqn.clone(), sub);
-        desired.ports.insert(self.port, port);
-        self.locked(|| Ok(self.target.apply(&desired)?))?;
+        self.locked(|| {
+            port.subsystems.extend(self.own_links_if_moving(&port)?);
+            desired.ports.insert(self.port, port);
+            Ok(self.target.apply(&desired)?)
+        })?;
         Ok(ExportInfo {
             target_id: nqn.to_string(),
             listener: self.listener,

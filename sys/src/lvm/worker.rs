@@ -84,7 +84,7 @@ fn lv_path(vg: &VgName, lv: &LvName) -> String {
 fn check_size(vg: &VgName, lv: &LvName, size: u64) -> Result<(), Error> {
     let why = if size == 0 {
         "it is zero"
-    } else if size % 512 != 0 {
+    } else if !size.is_multiple_of(512) {
         "it is not a whole number of 512-byte sectors"
     } else {
         return Ok(());

@@ -764,7 +764,7 @@ pub(crate) fn check_volume_size(
             "volblocksize {bs} is not a power of two from 512 bytes to 16 MiB"
         )));
     }
-    if size % bs != 0 {
+    if !size.is_multiple_of(bs) {
         return Err(invalid(format!(
             "size {size} is not a multiple of volblocksize {bs}{}",
             if volblocksize.is_none() {

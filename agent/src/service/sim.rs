@@ -1,0 +1,247 @@
+//! A simulated backend and exporter for the service's unit tests: fencing,
+//! idempotency, locking and failure handling without the kernel. The same
+//! behaviour against the real kernel, ZFS and LVM is proven by the lab tests.
+use super::*;
+use crate::{
+    backend::{Backend, BackendKind, Capacity, CreateOptions, ImportSource},
+    config::Listener,
+    export::{ExportInfo, Exporter},
+    fence::Token,
+    marks::ExportRecord,
+};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
+
+#[derive(Default)]
+pub(super) struct SimBackend {
+    /// Refuse the next create as bad input, as a real backend refuses a bad property.
+    pub(super) fail_next: std::sync::atomic::AtomicBool,
+    /// Make the next create's volume, then fail (as a report after lvcreate can).
+    pub(super) fail_after_create: std::sync::atomic::AtomicBool,
+    pub(super) volumes: Mutex<BTreeMap<String, u64>>,
+    pub(super) created: Mutex<u32>,
+    pub(super) destroyed: Mutex<u32>,
+}
+
+impl Backend for SimBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Zvol
+    }
+    fn pool(&self) -> &str {
+        "tank"
+    }
+    fn locate(&self, id: &VolumeId) -> Result<BackendRecord, AgentError> {
+        Ok(BackendRecord::Zvol {
+            dataset: format!("tank/k8s/{}", id.name()),
+            guid: None,
+        })
+    }
+    fn create(
+        &self,
+        at: &BackendRecord,
+        bytes: u64,
+        _: &CreateOptions,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        if self
+            .fail_next
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(AgentError::InvalidArgument(
+                "zfs property sparse=\"maybe\": must be true or false".into(),
+            ));
+        }
+        let name = format!("{at:?}");
+        let mut v = self
+            .volumes
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))?;
+        if let Some(size) = v.get(&name) {
+            if *size != bytes {
+                return Err(AgentError::AlreadyExists(format!(
+                    "{name} exists with size {size}"
+                )));
+            }
+        } else {
+            // Widen the race window: a second create for the same volume
+            // running now would create it twice.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            v.insert(name, bytes);
+            *self
+                .created
+                .lock()
+                .map_err(|_| AgentError::Internal("poison".into()))? += 1;
+            if self
+                .fail_after_create
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(AgentError::Internal(
+                    "created, then the report of the new volume failed".into(),
+                ));
+            }
+        }
+        Ok((
+            at.clone(),
+            VolumeState {
+                capacity_bytes: bytes,
+                device_path: PathBuf::from("/dev/zd0"),
+            },
+        ))
+    }
+    fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError> {
+        let v = self
+            .volumes
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))?;
+        Ok(v.get(&format!("{at:?}")).map(|b| VolumeState {
+            capacity_bytes: *b,
+            device_path: PathBuf::from("/dev/zd0"),
+        }))
+    }
+    fn destroy(&self, at: &BackendRecord) -> Result<(), AgentError> {
+        self.volumes
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))?
+            .remove(&format!("{at:?}"));
+        *self
+            .destroyed
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))? += 1;
+        Ok(())
+    }
+    fn expand(&self, at: &BackendRecord, bytes: u64) -> Result<u64, AgentError> {
+        let mut v = self
+            .volumes
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))?;
+        let size = v
+            .get_mut(&format!("{at:?}"))
+            .ok_or_else(|| AgentError::NotFound("no volume".into()))?;
+        *size = (*size).max(bytes);
+        Ok(*size)
+    }
+    fn capacity(&self) -> Result<Capacity, AgentError> {
+        Ok(Capacity {
+            total_bytes: 100,
+            available_bytes: 50,
+            used_bytes: 50,
+        })
+    }
+    fn import(
+        &self,
+        id: &VolumeId,
+        source: &ImportSource,
+        _: u64,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        let ImportSource::Zvol { dataset } = source else {
+            return Err(AgentError::InvalidArgument("zvols only".into()));
+        };
+        let at = BackendRecord::Zvol {
+            dataset: dataset.clone(),
+            guid: None,
+        };
+        let state = self
+            .lookup(&at)?
+            .ok_or_else(|| crate::adopt::refused(id, format!("missing: {dataset}")))?;
+        Ok((at, state))
+    }
+}
+
+#[derive(Default)]
+pub(super) struct SimExporter {
+    pub(super) exports: Mutex<BTreeMap<String, ExportRecord>>,
+    /// How long each export takes (a slow configfs apply or device wait).
+    pub(super) delay_ms: std::sync::atomic::AtomicU64,
+    /// Fail the next export halfway: the export exists, then an error (a
+    /// port link refused with EADDRNOTAVAIL after the namespace was enabled).
+    pub(super) fail_halfway: std::sync::atomic::AtomicBool,
+}
+
+impl Exporter for SimExporter {
+    fn protocol(&self) -> Protocol {
+        Protocol::NvmeofTcp
+    }
+    fn check_initiator(&self, i: &str) -> Result<(), AgentError> {
+        nvmet::Nqn::new(i).map(|_| ()).map_err(AgentError::from)
+    }
+    fn export(&self, v: &VolumeId, _: &Path, r: &ExportRecord) -> Result<ExportInfo, AgentError> {
+        let delay = self.delay_ms.load(std::sync::atomic::Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        self.exports
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))?
+            .insert(v.to_string(), r.clone());
+        if self
+            .fail_halfway
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(AgentError::Internal(
+                "symlink ports/1/subsystems/...: Cannot assign requested address".into(),
+            ));
+        }
+        Ok(ExportInfo {
+            target_id: v.to_string(),
+            listener: Listener {
+                address: [127, 0, 0, 1].into(),
+                port: 4420,
+            },
+            lun: 1,
+        })
+    }
+    fn unexport(&self, v: &VolumeId) -> Result<(), AgentError> {
+        self.exports
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))?
+            .remove(v.as_str());
+        Ok(())
+    }
+    fn revalidate(&self, _: &VolumeId) -> Result<(), AgentError> {
+        Ok(())
+    }
+    fn health(&self) -> Result<(), AgentError> {
+        Ok(())
+    }
+}
+
+pub(super) struct Fixture {
+    pub(super) agent: Arc<Agent>,
+    pub(super) backend: Arc<SimBackend>,
+    pub(super) exporter: Arc<SimExporter>,
+    pub(super) _dir: tempfile::TempDir,
+}
+
+pub(super) fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backend = Arc::new(SimBackend::default());
+    let exporter = Arc::new(SimExporter::default());
+    let marks = MarkStore::open(dir.path()).expect("marks");
+    let agent = Arc::new(Agent::new(
+        vec![backend.clone()],
+        vec![exporter.clone()],
+        marks,
+    ));
+    Fixture {
+        agent,
+        backend,
+        exporter,
+        _dir: dir,
+    }
+}
+
+pub(super) fn tok(uid: &str, generation: u64) -> Option<Token> {
+    Some(Token {
+        volume_uid: uid.into(),
+        generation,
+    })
+}
+
+pub(super) const HOST: &str = "nqn.2026-01.org.example:host";
+
+pub(super) fn acl() -> ExportRecord {
+    ExportRecord {
+        acl: true,
+        allowed_initiators: [HOST.to_owned()].into(),
+    }
+}
