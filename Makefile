@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: deps demo test unit lab bench lint fmt csi-conformance
+.PHONY: deps demo test unit lab bench lint doc fmt csi-conformance
 
 ## Install everything the build and the kernel lab need (idempotent).
 deps:
@@ -15,7 +15,7 @@ demo: deps
 ## Unit tests on the host, then the lab tests against the real kernel.
 test: deps unit lab
 
-unit: lint csi-conformance
+unit: lint doc csi-conformance
 	cargo test --workspace
 
 ## proto/csi/v1/csi.proto against the official CSI Go bindings' descriptor.
@@ -24,7 +24,15 @@ csi-conformance:
 
 lint:
 	cargo fmt --all -- --check
+	cargo fmt --manifest-path tests/consumer/Cargo.toml -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+## The libraries other Rust tools link (see the README's "Libraries").
+LIBS := pillar-csi-configfs pillar-csi-nvmet pillar-csi-lio pillar-csi-host pillar-csi-zfs-sys pillar-csi-lvm-sys
+
+## Their API docs, with warnings (broken links, missing docs) as errors.
+doc:
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps $(addprefix -p ,$(LIBS))
 
 lab:
 	tests/lab/run tests $(if $(FILTER),-- $(FILTER))
@@ -35,3 +43,4 @@ bench: deps
 
 fmt:
 	cargo fmt --all
+	cargo fmt --manifest-path tests/consumer/Cargo.toml

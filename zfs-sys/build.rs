@@ -1,5 +1,7 @@
 //! Generates the FFI from the installed OpenZFS headers (Debian's
-//! `libzfslinux-dev`), found and linked through pkg-config.
+//! `libzfslinux-dev`, OpenZFS 2.2 or later), found and linked through
+//! pkg-config. Anything missing stops the build with one line naming the
+//! Debian package that provides it.
 //!
 //! Only the functions the safe API in `sys::zfs` needs are bound: init/fini
 //! of both libraries, dataset create/destroy/exists/snapshot/clone through
@@ -87,15 +89,39 @@ const VARS: &[&str] = &[
     "ZFS_ITER_.*",
 ];
 
+/// The oldest OpenZFS whose libzfs has every function above (the `_v2`
+/// iterators came with 2.2).
+const MIN_OPENZFS: &str = "2.2";
+
+/// Stops the build with what is missing and the Debian package to install.
+fn missing(what: &str, package: &str, detail: impl std::fmt::Display) -> ! {
+    eprintln!("error: {what}: install the Debian package {package}\n  ({detail})");
+    std::process::exit(1);
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     let libs = ["libzfs", "libzfs_core"];
     let mut include_paths = Vec::new();
     for lib in libs {
-        let found = pkg_config::Config::new().probe(lib).unwrap_or_else(|e| {
-            panic!("pkg-config cannot find {lib} (install libzfslinux-dev): {e}")
-        });
+        let found = pkg_config::Config::new()
+            .atleast_version(MIN_OPENZFS)
+            .probe(lib)
+            .unwrap_or_else(|e| match e {
+                pkg_config::Error::Command { .. } => {
+                    missing("pkg-config cannot run", "pkg-config", e)
+                }
+                _ => missing(
+                    &format!("{lib}.pc of OpenZFS {MIN_OPENZFS} or later not found"),
+                    "libzfslinux-dev (bookworm-backports or later)",
+                    e,
+                ),
+            });
         include_paths.extend(found.include_paths);
+    }
+    // bindgen parses the headers with libclang; without it bindgen panics.
+    if let Err(e) = clang_sys::load() {
+        missing("libclang (for bindgen) not found", "libclang-dev", e);
     }
     // libnvpair has no .pc file: libzfs's flags carry -lnvpair; link it
     // explicitly too, in case a distribution's libzfs.pc does not.

@@ -17,6 +17,14 @@
 //!   reading many objects looks each file up from its own folder instead of
 //!   walking the whole path from `/` every time.
 //!
+//! # Host
+//!
+//! configfs mounted at `/sys/kernel/config` and the kernel module of the
+//! subsystem written (nvmet, target_core_mod, ...) loaded; writing needs
+//! root. No C library and no async runtime. The package is
+//! `pillar-csi-configfs`; the crate is `configfs`. A fuller walk-through is
+//! `examples/configfs_tree.rs`.
+//!
 //! ```no_run
 //! use configfs::{Component, Step, Tree};
 //!

@@ -28,6 +28,14 @@
 //! drives the kernel target can link. It is synchronous; callers serialise
 //! changes to the objects they own.
 //!
+//! # Host
+//!
+//! configfs mounted at `/sys/kernel/config`, the `target_core_mod`,
+//! `target_core_iblock` and `iscsi_target_mod` modules loaded, root. No C
+//! library and no async runtime. The package is `pillar-csi-lio`; the crate
+//! is `lio`. A fuller walk-through, with teardown, is
+//! `examples/lio_export.rs`.
+//!
 //! ```no_run
 //! use lio::{Acl, Iqn, Lio, Lun, MappedLun, State, StorageObject, StorageObjectName, Target, Tpg, TpgLun, Tpgt};
 //!

@@ -7,6 +7,13 @@
 //! [`lvm2_exit`] releases the handle. The library is not thread-safe: use it
 //! from one thread only. The crate has no logic; the safe API is `sys::lvm`.
 //!
+//! # Host
+//!
+//! `links = "lvm2cmd"`. Building needs, as Debian packages, `liblvm2-dev`
+//! (`/usr/include/lvm2cmd.h`, or set `LVM2CMD_HEADER`; built and tested with
+//! LVM2 2.03.16) and `libclang-dev` for bindgen; a missing one stops the
+//! build with a line naming its package. Running needs liblvm2cmd and root.
+//! The package is `pillar-csi-lvm-sys`; the crate is `lvm_sys`.//!
 //! ```no_run
 //! // SAFETY of the example: one thread, handle checked, released once.
 //! unsafe {

@@ -13,6 +13,14 @@
 //! drives the kernel target can link. It is synchronous and does no locking;
 //! callers serialise changes to the objects they own.
 //!
+//! # Host
+//!
+//! configfs mounted at `/sys/kernel/config`, the `nvmet` module loaded (and
+//! `nvmet-tcp` or `nvmet-rdma` for ports of that transport), root. No C
+//! library and no async runtime. The package is `pillar-csi-nvmet`; the
+//! crate is `nvmet`. A fuller walk-through, with teardown, is
+//! `examples/nvmet_export.rs`.
+//!
 //! ```no_run
 //! use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem};
 //!

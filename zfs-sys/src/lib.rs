@@ -10,6 +10,25 @@
 //! and everything opened through it (`zfs_handle_t`, `zpool_handle_t`) is
 //! not, and must be used by one thread at a time. An `nvlist_t` is not
 //! synchronised either.
+//!
+//! # Host
+//!
+//! `links = "zfs"`. Building needs, as Debian packages: `libzfslinux-dev` of
+//! OpenZFS 2.2 or later (the `_v2` iterators), found with `pkg-config`, and
+//! `libclang-dev` for bindgen; a missing one stops the build with a line
+//! naming its package. Running needs libzfs of that release and the zfs
+//! module. The package is `pillar-csi-zfs-sys`; the crate is `zfs_sys`.
+//!
+//! ```no_run
+//! // SAFETY of the example: the handle is checked and released once.
+//! unsafe {
+//!     let handle = zfs_sys::libzfs_init();
+//!     assert!(!handle.is_null(), "no /dev/zfs");
+//!     let version = std::ffi::CStr::from_ptr(zfs_sys::zfs_version_userland());
+//!     println!("libzfs {version:?}");
+//!     zfs_sys::libzfs_fini(handle);
+//! }
+//! ```
 #![allow(
     non_camel_case_types,
     non_snake_case,

@@ -42,7 +42,9 @@ pub use error::Error;
 pub use names::{
     check_name, InvalidName, InvalidUuid, LvName, LvmUuid, NameKind, NameRule, VgName, MAX_NAME_LEN,
 };
-pub use report::{parse_lvs, parse_vgs, Lv, LvAttr, ReportError, Vg, VolumeType};
+pub use report::{
+    parse_lvs, parse_vgs, Lv, LvAttr, ReportError, Vg, VolumeType, LV_FIELDS, VG_FIELDS,
+};
 
 use std::{
     sync::{

@@ -5,9 +5,9 @@ use serde::Deserialize;
 use std::path::PathBuf;
 
 /// The `vgs` fields requested, in the order of [`Vg`].
-pub(crate) const VG_FIELDS: &str = "vg_name,vg_uuid,vg_size,vg_free,vg_extent_size";
+pub const VG_FIELDS: &str = "vg_name,vg_uuid,vg_size,vg_free,vg_extent_size";
 /// The `lvs` fields requested, in the order of [`Lv`].
-pub(crate) const LV_FIELDS: &str = "vg_name,lv_name,vg_uuid,lv_uuid,lv_attr,segtype,pool_lv,origin,lv_size,data_percent,metadata_percent,lv_path,lv_layout,lv_role";
+pub const LV_FIELDS: &str = "vg_name,lv_name,vg_uuid,lv_uuid,lv_attr,segtype,pool_lv,origin,lv_size,data_percent,metadata_percent,lv_path,lv_layout,lv_role";
 
 /// A volume group: identity and capacity in bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
