@@ -3,6 +3,7 @@ use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, Teardown};
 use std::{path::Path, sync::Mutex};
+use tracing::info;
 
 /// The NQN prefix of every subsystem this agent makes.
 pub const NQN_PREFIX: &str = "nqn.2026-01.com.bhyoo.pillar-csi:";
@@ -98,7 +99,13 @@ impl Exporter for NvmetExporter {
         let mut desired = State::default();
         desired.subsystems.insert(nqn.clone(), sub);
         desired.ports.insert(self.port, port);
-        self.locked(|| Ok(self.target.apply(&desired)?))?;
+        // Hosts that lose access are cut off before this returns: the
+        // subsystem is unlinked from its port (the kernel deletes its
+        // controllers there), its ACL changed, and linked back.
+        let plan = self.locked(|| Ok(self.target.apply_revoking(&desired)?))?;
+        if !plan.cut_off.is_empty() {
+            info!(volume = %volume, subsystem = %nqn, "controllers cut off: access narrowed, subsystem relinked to its ports");
+        }
         Ok(ExportInfo {
             target_id: nqn.to_string(),
             listener: self.listener,
