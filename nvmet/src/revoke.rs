@@ -181,11 +181,17 @@ mod tests {
             allowed_hosts: hosts.iter().map(|h| nqn(h)).collect(),
             ..Default::default()
         };
-        assert!(narrows_access(&sub(false, &["a", "b"]), &sub(false, &["b"])));
+        assert!(narrows_access(
+            &sub(false, &["a", "b"]),
+            &sub(false, &["b"])
+        ));
         assert!(narrows_access(&sub(false, &["a"]), &sub(false, &["b"])));
         assert!(narrows_access(&sub(true, &[]), &sub(false, &["a"])));
         assert!(narrows_access(&sub(false, &["a"]), &sub(false, &[])));
-        assert!(!narrows_access(&sub(false, &["a"]), &sub(false, &["a", "b"])));
+        assert!(!narrows_access(
+            &sub(false, &["a"]),
+            &sub(false, &["a", "b"])
+        ));
         assert!(!narrows_access(&sub(false, &["a"]), &sub(true, &[])));
         assert!(!narrows_access(&sub(true, &[]), &sub(true, &[])));
         assert!(!narrows_access(&sub(false, &["a"]), &sub(false, &["a"])));
