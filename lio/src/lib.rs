@@ -58,6 +58,7 @@ mod model;
 mod names;
 mod plan;
 mod read;
+mod revoke;
 
 pub use configfs::Step;
 pub use error::Error;
@@ -68,6 +69,7 @@ pub use names::{
     portal_dir, InvalidName, Iqn, Lun, StorageObjectName, Tpgt, IQN_MAX_LEN, STORAGE_OBJECT_MAX_LEN,
 };
 pub use plan::{plan_apply, plan_teardown};
+pub use revoke::{leaves_demo_mode, plan_end_demo_sessions, Revoked};
 
 use configfs::{StepKind, Tree};
 use std::{
