@@ -191,18 +191,43 @@ fn within<T: Send + 'static>(
         .map_err(|_| format!("{what} did not finish within {limit:?}").into())
 }
 
-/// A write issued by a host that was cut off: it must fail, and its bytes
-/// must not be on the volume. Returns how long the host took to fail it.
-fn assert_cut_off(dev: &Path, zvol: &Path, seed: u64, who: &str) -> Result<Duration> {
+/// How long a write of a cut-off host may stay held by the host (it
+/// reconnects until `ctrl_loss_tmo` when the target no longer serves the
+/// subsystem at all) before the test gives up on the host's side.
+const HOLD: Duration = Duration::from_secs(40);
+
+/// A write issued by a host that was cut off must fail, or stay held by the
+/// host and fail once `give_up` (deleting the host's controller) runs; its
+/// bytes must not be on the volume, and the host cannot read. Returns how
+/// long the host took to fail it by itself, if it did.
+fn assert_cut_off(
+    dev: &Path,
+    zvol: &Path,
+    seed: u64,
+    who: &str,
+    give_up: impl FnOnce(),
+) -> Result<Option<Duration>> {
     let start = Instant::now();
     let data = pattern(seed, BLOCK);
     let (d, w) = (dev.to_path_buf(), data.clone());
-    let written = within(
-        SETTLE,
-        &format!("{who}'s write after the cut-off"),
-        move || write_at(&d, PROBE, &w).map_err(|e| e.to_string()),
-    )?;
-    let took = start.elapsed();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(write_at(&d, PROBE, &w).map_err(|e| e.to_string()));
+    });
+    let (written, took) = match rx.recv_timeout(HOLD) {
+        Ok(r) => (r, Some(start.elapsed())),
+        Err(_) => {
+            assert!(
+                read_at(zvol, PROBE, BLOCK)? != data,
+                "{who}'s held write landed on the volume"
+            );
+            give_up();
+            let r = rx
+                .recv_timeout(SETTLE)
+                .map_err(|_| format!("{who}'s held write outlived its controller"))?;
+            (r, None)
+        }
+    };
     assert!(
         written.is_err(),
         "{who} wrote to the volume after its access was taken away"
@@ -216,6 +241,37 @@ fn assert_cut_off(dev: &Path, zvol: &Path, seed: u64, who: &str) -> Result<Durat
         "{who} still reads the volume after its access was taken away"
     );
     Ok(took)
+}
+
+/// Waits until every controller this kernel holds for subsystem `nqn` is
+/// live or gone. The lab plays several machines with one kernel, which
+/// refuses a new controller whose ID duplicates one of its controllers
+/// still reconnecting to the same subsystem; the target hands out the IDs
+/// that a cut-off freed. Separate machines do not meet this.
+fn wait_settled(nqn: &str) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let mut busy = Vec::new();
+        for entry in fs::read_dir("/sys/class/nvme")? {
+            let dir = entry?.path();
+            let read = |f: &str| {
+                fs::read_to_string(dir.join(f))
+                    .map(|s| s.trim().to_owned())
+                    .unwrap_or_default()
+            };
+            let state = read("state");
+            if read("subsysnqn") == nqn && !state.is_empty() && state != "live" {
+                busy.push(format!("{}: {state}", dir.display()));
+            }
+        }
+        if busy.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > SETTLE {
+            return Err(format!("controllers of {nqn} did not settle: {busy:?}").into());
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// A write by a host still allowed lands (after its reconnect, if any).
@@ -416,6 +472,16 @@ fn measured(lab: &Lab, line: &str) -> Result<()> {
     Ok(())
 }
 
+/// Connects `host` to subsystem `nqn` on the agent's port; a refusal carries
+/// the kernel's last NVMe messages.
+fn connect(nqn: &str, host: &str) -> Result<Connection> {
+    Connection::tcp("127.0.0.1", NVME_PORT, nqn, host).map_err(|e| {
+        let log = pillar_csi_lab::run("dmesg", &[]).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().filter(|l| l.contains("nvme")).collect();
+        format!("{e}; kernel: {:?}", &tail[tail.len().saturating_sub(6)..]).into()
+    })
+}
+
 /// Whether the agent's nvmet port links subsystem `nqn`.
 fn linked(nqn: &str) -> Result<bool> {
     let state = nvmet::Nvmet::open()?.read()?;
@@ -441,8 +507,8 @@ async fn fence_nvme_deny_cuts_off_a_connected_host_and_the_other_carries_on() ->
     let mut v = Fixture::new(&lab, "fence-deny").await?;
     let (a, b) = (host_nqn(&lab, "a"), host_nqn(&lab, "b"));
     let nqn = v.export(NVME, Some(&[&a, &b]), 1).await?;
-    let conn_a = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &a)?;
-    let conn_b = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &b)?;
+    let conn_a = connect(&nqn, &a)?;
+    let conn_b = connect(&nqn, &b)?;
     let (dev_a, dev_b) = (
         conn_a.own_namespace_device(1)?,
         conn_b.own_namespace_device(1)?,
@@ -467,7 +533,8 @@ async fn fence_nvme_deny_cuts_off_a_connected_host_and_the_other_carries_on() ->
 
     // A: its next write fails and never lands, it cannot read, and it
     // cannot connect again.
-    let a_failed_after = assert_cut_off(&dev_a, &v.zvol, 7, "host A")?;
+    let a_failed_after = assert_cut_off(&dev_a, &v.zvol, 7, "host A", || ())?
+        .ok_or("host A's write was held, not failed")?;
     let log = writer.ended()?;
     check_landed(&v.zvol, &log, cut)?;
     assert!(
@@ -507,7 +574,7 @@ async fn fence_nvme_rwo_move_late_writes_of_the_old_host_never_land() -> Result<
     let mut v = Fixture::new(&lab, "fence-move").await?;
     let (a, b) = (host_nqn(&lab, "a"), host_nqn(&lab, "b"));
     let nqn = v.export(NVME, Some(&[&a]), 1).await?;
-    let conn_a = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &a)?;
+    let conn_a = connect(&nqn, &a)?;
     let dev_a = conn_a.own_namespace_device(1)?;
     let writer = RawWriter::start(dev_a.clone(), A_REGION, 2000);
     wait_progress(&writer.progress, 0, 5, "host A")?;
@@ -515,13 +582,15 @@ async fn fence_nvme_rwo_move_late_writes_of_the_old_host_never_land() -> Result<
     // ControllerUnpublish on A, ControllerPublish on B.
     v.deny(NVME, &a, 2).await?;
     let cut = Instant::now();
-    // A late write of A, queued on A while it tries to reconnect ...
+    // A late write of A, held by A's host while it tries to reconnect ...
     let late = pattern(8, BLOCK);
     let (d, w) = (dev_a.clone(), late.clone());
     let a_late = thread::spawn(move || write_at(&d, PROBE, &w).map_err(|e| e.to_string()));
     v.allow(NVME, &b, 3).await?;
-    // ... while B connects and writes the same block.
-    let conn_b = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &b)?;
+    // ... then B connects and writes the same block (once A's controller
+    // is gone from this kernel, see `wait_settled`).
+    wait_settled(&nqn)?;
+    let conn_b = connect(&nqn, &b)?;
     let dev_b = conn_b.own_namespace_device(1)?;
     let mine = pattern(9, BLOCK);
     write_at(&dev_b, PROBE, &mine)?;
@@ -548,22 +617,22 @@ async fn fence_nvme_export_with_a_narrower_acl_cuts_off_the_hosts_left_out() -> 
 
     // Any host -> an ACL of B: A, connected under "any host", is cut off.
     let nqn = v.export(NVME, None, 1).await?;
-    let conn_a = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &a)?;
-    let conn_b = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &b)?;
+    let conn_a = connect(&nqn, &a)?;
+    let conn_b = connect(&nqn, &b)?;
     let dev_a = conn_a.own_namespace_device(1)?;
     let dev_b = conn_b.own_namespace_device(1)?;
     v.export(NVME, Some(&[&b]), 1).await?;
-    assert_cut_off(&dev_a, &v.zvol, 10, "host A (any host -> ACL)")?;
+    assert_cut_off(&dev_a, &v.zvol, 10, "host A (any host -> ACL)", || ())?;
     assert_served(&dev_b, &v.zvol, 11, "host B")?;
     drop(conn_a);
 
     // An ACL of A and B -> an ACL of B.
     v.export(NVME, Some(&[&a, &b]), 2).await?;
-    let conn_a = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &a)?;
+    let conn_a = connect(&nqn, &a)?;
     let dev_a = conn_a.own_namespace_device(1)?;
     write_at(&dev_a, A_REGION, &pattern(12, BLOCK))?;
     v.export(NVME, Some(&[&b]), 2).await?;
-    assert_cut_off(&dev_a, &v.zvol, 13, "host A (ACL -> narrower ACL)")?;
+    assert_cut_off(&dev_a, &v.zvol, 13, "host A (ACL -> narrower ACL)", || ())?;
     assert_served(&dev_b, &v.zvol, 14, "host B")?;
     assert_eq!(allowed_hosts(&nqn)?, vec![b.clone()]);
     drop((conn_a, conn_b));
@@ -577,8 +646,8 @@ async fn fence_nvme_reconcile_state_and_unexport_cut_off_connected_hosts() -> Re
     let mut v = Fixture::new(&lab, "fence-reconcile").await?;
     let (a, b) = (host_nqn(&lab, "a"), host_nqn(&lab, "b"));
     let nqn = v.export(NVME, Some(&[&a, &b]), 1).await?;
-    let conn_a = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &a)?;
-    let conn_b = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &b)?;
+    let conn_a = connect(&nqn, &a)?;
+    let conn_b = connect(&nqn, &b)?;
     let dev_a = conn_a.own_namespace_device(1)?;
     let dev_b = conn_b.own_namespace_device(1)?;
 
@@ -596,7 +665,7 @@ async fn fence_nvme_reconcile_state_and_unexport_cut_off_connected_hosts() -> Re
         .await?
         .into_inner();
     assert_eq!((reply.repaired, reply.refused), (1, Vec::<String>::new()));
-    assert_cut_off(&dev_a, &v.zvol, 20, "host A (ReconcileState)")?;
+    assert_cut_off(&dev_a, &v.zvol, 20, "host A (ReconcileState)", || ())?;
     assert_served(&dev_b, &v.zvol, 21, "host B")?;
 
     // UnexportVolume: B, the last host, is cut off too.
@@ -606,8 +675,12 @@ async fn fence_nvme_reconcile_state_and_unexport_cut_off_connected_hosts() -> Re
         fence: fence(&v.uid, 2),
     })
     .await?;
-    assert_cut_off(&dev_b, &v.zvol, 22, "host B (UnexportVolume)")?;
-    drop((conn_a, conn_b));
+    // The subsystem is gone: B's host keeps its write until ctrl_loss_tmo
+    // (600 s by default) unless its controller is deleted.
+    assert_cut_off(&dev_b, &v.zvol, 22, "host B (UnexportVolume)", move || {
+        drop(conn_b)
+    })?;
+    drop(conn_a);
     v.delete(2).await
 }
 
@@ -618,7 +691,7 @@ async fn fence_nvme_restart_cuts_off_a_host_its_mark_denies() -> Result<()> {
     let mut v = Fixture::new(&lab, "fence-restart").await?;
     let (a, b) = (host_nqn(&lab, "a"), host_nqn(&lab, "b"));
     let nqn = v.export(NVME, Some(&[&a, &b]), 1).await?;
-    let conn_b = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &b)?;
+    let conn_b = connect(&nqn, &b)?;
     let dev_b = conn_b.own_namespace_device(1)?;
 
     // The deny is recorded through the agent, which then dies; configfs is
@@ -631,12 +704,13 @@ async fn fence_nvme_restart_cuts_off_a_host_its_mark_denies() -> Result<()> {
         format!("hosts/{a}"),
         format!("subsystems/{nqn}/allowed_hosts/{a}"),
     )])?;
-    let conn_a = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &a)?;
+    wait_settled(&nqn)?;
+    let conn_a = connect(&nqn, &a)?;
     let dev_a = conn_a.own_namespace_device(1)?;
     write_at(&dev_a, A_REGION, &pattern(30, BLOCK))?;
 
     v.agent.restart().await?;
-    assert_cut_off(&dev_a, &v.zvol, 31, "host A (restart)")?;
+    assert_cut_off(&dev_a, &v.zvol, 31, "host A (restart)", || ())?;
     assert_served(&dev_b, &v.zvol, 32, "host B")?;
     assert_eq!(allowed_hosts(&nqn)?, vec![b.clone()]);
     assert!(
@@ -656,7 +730,7 @@ async fn fence_nvme_kill_in_the_middle_of_a_cut_off_never_leaves_the_subsystem_u
     let mut v = Fixture::new(&lab, "fence-kill").await?;
     let (a, b) = (host_nqn(&lab, "a"), host_nqn(&lab, "b"));
     let nqn = v.export(NVME, Some(&[&a, &b]), 1).await?;
-    let conn_b = Connection::tcp("127.0.0.1", NVME_PORT, &nqn, &b)?;
+    let conn_b = connect(&nqn, &b)?;
     let dev_b = conn_b.own_namespace_device(1)?;
 
     // The steps a DenyInitiator of A takes, planned as the agent plans them.
@@ -755,7 +829,8 @@ async fn fence_iscsi_acl_changes_end_the_removed_initiators_session() -> Result<
         }
         let rpc = asked.elapsed();
         let at_cut = writer.progress.load(Ordering::SeqCst);
-        let a_failed_after = assert_cut_off(&dev_a, &v.zvol, seed + 1, "initiator A")?;
+        let a_failed_after = assert_cut_off(&dev_a, &v.zvol, seed + 1, "initiator A", || ())?
+            .ok_or("initiator A's write was held, not failed")?;
         // B goes on (after a re-login when the whole TPG was cycled).
         wait_progress(&writer.progress, at_cut, 3, "initiator B")?;
         writer.stop.store(true, Ordering::SeqCst);
