@@ -770,8 +770,51 @@ async fn fence_nvme_kill_in_the_middle_of_a_cut_off_never_leaves_the_subsystem_u
     assert_eq!(allowed_hosts(&nqn)?, vec![b.clone()]);
     assert!(linked(&nqn)?);
     assert_served(&dev_b, &v.zvol, 49, "host B")?;
+
+    // Real kills (SIGKILL) of the agent while a DenyInitiator runs, at
+    // several points of it: whatever the kill hit, the restarted agent
+    // serves the subsystem, with the old ACL or the new one (the new one if
+    // the RPC was answered).
+    let mut both = vec![a.clone(), b.clone()];
+    both.sort();
+    let mut outcomes = Vec::new();
+    for (i, delay) in [0u64, 150, 300, 500, 800].into_iter().enumerate() {
+        let generation = 3 + i as u64;
+        v.allow(NVME, &a, generation).await?;
+        let mut c = v.c.clone();
+        let request = pb::DenyInitiatorRequest {
+            volume_id: v.id.clone(),
+            protocol_type: NVME,
+            initiator_id: a.clone(),
+            fence: fence(&v.uid, generation),
+        };
+        let call = tokio::spawn(async move { c.deny_initiator(request).await });
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        v.agent.kill()?;
+        let answered = call.await?.is_ok();
+        v.agent.restart().await?;
+        v.c = v.agent.client().await?;
+        assert!(
+            linked(&nqn)?,
+            "killed {delay} ms into DenyInitiator: the subsystem is not linked after the restart"
+        );
+        let hosts = allowed_hosts(&nqn)?;
+        assert!(
+            hosts == vec![b.clone()] || (!answered && hosts == both),
+            "killed {delay} ms into DenyInitiator (answered: {answered}): allowed hosts {hosts:?}"
+        );
+        assert_served(&dev_b, &v.zvol, 50 + i as u64, "host B")?;
+        outcomes.push(format!(
+            "{delay} ms: {}",
+            if hosts == both { "old ACL" } else { "new ACL" }
+        ));
+    }
+    measured(
+        &lab,
+        &format!("kill -9 during DenyInitiator, state after the restart: {outcomes:?}"),
+    )?;
     drop(conn_b);
-    v.delete(2).await
+    v.delete(7).await
 }
 
 /// Sets the iSCSI session's recovery timeout (`recovery_tmo`, the time the
