@@ -69,7 +69,7 @@ pub use names::{
     portal_dir, InvalidName, Iqn, Lun, StorageObjectName, Tpgt, IQN_MAX_LEN, STORAGE_OBJECT_MAX_LEN,
 };
 pub use plan::{plan_apply, plan_teardown};
-pub use revoke::{leaves_demo_mode, plan_end_demo_sessions, Revoked};
+pub use revoke::{leaves_demo_mode, targets_leaving_demo_mode, Revoked};
 
 use configfs::{StepKind, Tree};
 use std::{

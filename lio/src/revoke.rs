@@ -5,84 +5,87 @@
 //! (`core_tpg_del_initiator_node_acl` shuts them down and waits for them),
 //! so an ACL that loses an initiator needs nothing more. Demo mode is
 //! different: a session admitted by `generate_node_acls=1` hangs off a
-//! dynamic ACL that has no configfs folder, and clearing the attribute
-//! leaves it logged in. Disabling the TPG (`enable` 0) ends every session of
-//! the TPG before the write returns (`iscsit_tpg_disable_portal_group` ->
-//! `iscsit_release_sessions_for_tpg`, which stops each session and waits);
-//! the apply that follows enables the TPG again, and initiators that still
-//! have an ACL log in again by themselves.
+//! dynamic node ACL that has no configfs folder, and the kernel keeps that
+//! ACL cached (demo mode forces `cache_dynamic_acls=1`). Clearing the
+//! attribute leaves the session logged in, and disabling the TPG ends the
+//! session but the cached ACL admits the initiator again when it logs back
+//! in (seen in the lab). Removing the TPG ends its sessions and frees its
+//! dynamic ACLs (`core_tpg_deregister`), so a target leaving demo mode is
+//! removed and made again by the apply that follows; initiators with an
+//! ACL log in again by themselves.
 //!
-//! A run cut short after the disable leaves the TPG disabled: applying the
-//! desired state again (as a restart does) enables it.
+//! A run cut short after the removal leaves the target missing: applying
+//! the desired state again (as a restart does) makes it.
 use crate::{
     error::Error,
-    model::{State, Tpg},
-    names::{Iqn, Tpgt},
-    plan::tpg_dir,
+    model::{State, Teardown, Tpg},
+    names::Iqn,
     Lio,
 };
 use configfs::Step;
+use std::collections::BTreeSet;
 
-/// Whether a TPG going from `have` to `want` leaves demo mode while enabled:
-/// the initiators it admitted keep their sessions unless the TPG is cycled.
+/// Whether a TPG going from `have` to `want` leaves demo mode: the
+/// initiators it admitted keep their sessions and cached dynamic ACLs
+/// unless the TPG is removed.
 pub fn leaves_demo_mode(have: &Tpg, want: &Tpg) -> bool {
-    have.enabled && have.attributes.generate_node_acls && !want.attributes.generate_node_acls
+    have.attributes.generate_node_acls && !want.attributes.generate_node_acls
 }
 
-/// The steps that end the sessions of every TPG of `desired` that leaves
-/// demo mode from `present` ([`leaves_demo_mode`]): its `enable` set to 0.
-pub fn plan_end_demo_sessions(present: &State, desired: &State) -> Vec<(Iqn, Tpgt, Step)> {
-    let mut out = Vec::new();
-    for (iqn, want) in &desired.targets {
-        let Some(have) = present.targets.get(iqn) else {
-            continue;
-        };
-        for (tpgt, want_tpg) in &want.tpgs {
-            if have
-                .tpgs
-                .get(tpgt)
-                .is_some_and(|h| leaves_demo_mode(h, want_tpg))
-            {
-                let step = Step::write(format!("{}/enable", tpg_dir(iqn, *tpgt)), "0");
-                out.push((iqn.clone(), *tpgt, step));
-            }
-        }
-    }
-    out
+/// The targets of `desired` with a TPG that leaves demo mode from
+/// `present` ([`leaves_demo_mode`]): they are removed before the apply.
+pub fn targets_leaving_demo_mode(present: &State, desired: &State) -> BTreeSet<Iqn> {
+    desired
+        .targets
+        .iter()
+        .filter(|(iqn, want)| {
+            present.targets.get(*iqn).is_some_and(|have| {
+                want.tpgs
+                    .iter()
+                    .any(|(tpgt, w)| have.tpgs.get(tpgt).is_some_and(|h| leaves_demo_mode(h, w)))
+            })
+        })
+        .map(|(iqn, _)| iqn.clone())
+        .collect()
 }
 
 /// What [`Lio::apply_revoking`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Revoked {
-    /// The TPGs disabled (ending all their sessions) before the apply.
-    pub cycled: Vec<(Iqn, Tpgt)>,
-    /// The steps of the apply.
+    /// The targets removed (ending all their sessions and dropping their
+    /// dynamic ACLs) and made again.
+    pub recreated: BTreeSet<Iqn>,
+    /// The steps taken, the removals first.
     pub steps: Vec<Step>,
 }
 
 impl Lio {
     /// [`Lio::apply`], first ending the sessions that would keep access the
-    /// desired state takes away: a TPG leaving demo mode is disabled (see
-    /// [`plan_end_demo_sessions`]) and enabled again by the apply; a removed
-    /// node ACL ends its sessions in the apply itself. When it returns `Ok`,
-    /// no initiator without access holds a session.
+    /// desired state takes away: a target leaving demo mode is removed (see
+    /// [`targets_leaving_demo_mode`]) and made again by the apply; a removed
+    /// node ACL ends its sessions in the apply itself. Storage objects are
+    /// kept. When it returns `Ok`, no initiator without access holds a
+    /// session.
     pub fn apply_revoking(&self, desired: &State) -> Result<Revoked, Error> {
         let present = self.read_scoped(desired)?;
-        let ends = plan_end_demo_sessions(&present, desired);
-        let steps: Vec<Step> = ends.iter().map(|(_, _, s)| s.clone()).collect();
-        self.tree().run(&steps)?;
-        let applied = self.apply(desired)?;
-        Ok(Revoked {
-            cycled: ends.into_iter().map(|(iqn, tpgt, _)| (iqn, tpgt)).collect(),
-            steps: applied,
-        })
+        let recreated = targets_leaving_demo_mode(&present, desired);
+        let mut steps = if recreated.is_empty() {
+            Vec::new()
+        } else {
+            self.teardown(&Teardown {
+                targets: recreated.clone(),
+                ..Default::default()
+            })?
+        };
+        steps.extend(self.apply(desired)?);
+        Ok(Revoked { recreated, steps })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Target, TpgAttributes};
+    use crate::{Target, TpgAttributes, Tpgt};
 
     fn state(enabled: bool, attributes: TpgAttributes) -> State {
         let mut target = Target::default();
@@ -101,25 +104,26 @@ mod tests {
     }
 
     #[test]
-    fn only_an_enabled_tpg_leaving_demo_mode_is_disabled_first() {
+    fn only_a_target_leaving_demo_mode_is_made_again() {
         let demo = TpgAttributes::open();
         let acl = TpgAttributes::default();
-        let steps = plan_end_demo_sessions(&state(true, demo), &state(true, acl));
+        let t = Iqn::new("iqn.2003-01.org.example:t").expect("iqn");
         assert_eq!(
-            steps.into_iter().map(|(_, _, s)| s).collect::<Vec<_>>(),
-            vec![Step::write(
-                "iscsi/iqn.2003-01.org.example:t/tpgt_1/enable",
-                "0"
-            )]
+            targets_leaving_demo_mode(&state(true, demo), &state(true, acl)),
+            [t.clone()].into()
+        );
+        assert_eq!(
+            targets_leaving_demo_mode(&state(false, demo), &state(true, acl)),
+            [t].into(),
+            "a disabled TPG still holds cached dynamic ACLs"
         );
         for (have, want) in [
             (state(true, acl), state(true, demo)),
             (state(true, acl), state(true, acl)),
             (state(true, demo), state(true, demo)),
-            (state(false, demo), state(true, acl)),
             (State::default(), state(true, acl)),
         ] {
-            assert!(plan_end_demo_sessions(&have, &want).is_empty());
+            assert!(targets_leaving_demo_mode(&have, &want).is_empty());
         }
     }
 }

@@ -105,11 +105,12 @@ impl Exporter for LioExporter {
         );
         desired.targets.insert(iqn.clone(), target);
         // Initiators that lose access hold no session when this returns: a
-        // removed node ACL ends its sessions, and a TPG leaving demo mode is
-        // disabled (ending every session) before the apply enables it again.
+        // removed node ACL ends its sessions, and a target leaving demo mode
+        // is removed (ending every session, dropping its cached dynamic
+        // ACLs) and made again.
         let revoked = self.locked(|| Ok(self.target.apply_revoking(&desired)?))?;
-        if !revoked.cycled.is_empty() {
-            info!(volume = %volume, target = %iqn, "sessions ended: demo mode replaced by an ACL, TPG cycled");
+        if !revoked.recreated.is_empty() {
+            info!(volume = %volume, target = %iqn, "sessions ended: demo mode replaced by an ACL, target made again");
         }
         Ok(ExportInfo {
             target_id: iqn.to_string(),
