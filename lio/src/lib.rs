@@ -66,6 +66,7 @@ mod model;
 mod names;
 mod plan;
 mod read;
+mod revoke;
 
 pub use configfs::Step;
 pub use error::Error;
@@ -76,6 +77,7 @@ pub use names::{
     portal_dir, InvalidName, Iqn, Lun, StorageObjectName, Tpgt, IQN_MAX_LEN, STORAGE_OBJECT_MAX_LEN,
 };
 pub use plan::{plan_apply, plan_teardown};
+pub use revoke::{leaves_demo_mode, targets_leaving_demo_mode, Revoked};
 
 use configfs::{StepKind, Tree};
 use std::{

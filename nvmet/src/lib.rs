@@ -47,12 +47,14 @@ mod model;
 mod names;
 mod plan;
 mod read;
+mod revoke;
 
 pub use configfs::Step;
 pub use error::Error;
 pub use model::{Namespace, Port, State, Subsystem, Teardown, Transport};
 pub use names::{InvalidName, Nqn, Nsid, PortId, NQN_MAX_LEN};
 pub use plan::{plan_apply, plan_teardown};
+pub use revoke::{narrows_access, plan_apply_revoking, RevokingPlan};
 
 use configfs::Tree;
 use std::path::PathBuf;

@@ -12,6 +12,7 @@ pub mod block;
 pub mod cmd;
 pub mod env;
 pub mod iscsi;
+pub mod mount;
 pub mod nvme;
 pub mod tls;
 

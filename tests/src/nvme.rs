@@ -72,6 +72,35 @@ impl Connection {
         }
     }
 
+    /// The block device of namespace `nsid` served through this controller
+    /// alone, waited for up to 20 seconds. Needs native NVMe multipath off
+    /// (`nvme_core.multipath=N`, as the lab guest loads it): with it on, the
+    /// controllers of several host NQNs on one machine are paths of one disk.
+    pub fn own_namespace_device(&self, nsid: u32) -> Result<PathBuf> {
+        let prefix = format!("nvme{}n", self.instance);
+        let dir = PathBuf::from(format!("/sys/class/nvme/nvme{}", self.instance));
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            for entry in fs::read_dir(&dir)? {
+                let name = entry?.file_name().to_string_lossy().into_owned();
+                let id = fs::read_to_string(dir.join(&name).join("nsid")).unwrap_or_default();
+                if name.starts_with(&prefix) && id.trim() == nsid.to_string() {
+                    let dev = PathBuf::from("/dev").join(&name);
+                    crate::block::wait_for(&dev, Duration::from_secs(10))?;
+                    return Ok(dev);
+                }
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "no disk of its own for namespace {nsid} on nvme{} appeared",
+                    self.instance
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// The subsystem NQN the controller is connected to.
     pub fn subsystem_nqn(&self) -> Result<String> {
         Ok(

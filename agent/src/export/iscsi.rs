@@ -6,6 +6,7 @@ use lio::{
     TpgAttributes, TpgLun, Tpgt,
 };
 use std::{net::SocketAddr, path::Path, sync::Mutex};
+use tracing::info;
 
 /// The IQN prefix of every target this agent makes.
 pub const IQN_PREFIX: &str = "iqn.2026-01.com.bhyoo.pillar-csi:";
@@ -103,7 +104,14 @@ impl Exporter for LioExporter {
             },
         );
         desired.targets.insert(iqn.clone(), target);
-        self.locked(|| Ok(self.target.apply(&desired)?))?;
+        // Initiators that lose access hold no session when this returns: a
+        // removed node ACL ends its sessions, and a target leaving demo mode
+        // is removed (ending every session, dropping its cached dynamic
+        // ACLs) and made again.
+        let revoked = self.locked(|| Ok(self.target.apply_revoking(&desired)?))?;
+        if !revoked.recreated.is_empty() {
+            info!(volume = %volume, target = %iqn, "sessions ended: demo mode replaced by an ACL, target made again");
+        }
         Ok(ExportInfo {
             target_id: iqn.to_string(),
             listener: self.listener,

@@ -3,6 +3,7 @@ use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, Teardown};
 use std::{path::Path, sync::Mutex};
+use tracing::info;
 
 /// The NQN prefix of every subsystem this agent makes.
 pub const NQN_PREFIX: &str = "nqn.2026-01.com.bhyoo.pillar-csi:";
@@ -122,11 +123,17 @@ impl Exporter for NvmetExporter {
         port.subsystems.insert(nqn.clone());
         let mut desired = State::default();
         desired.subsystems.insert(nqn.clone(), sub);
-        self.locked(|| {
+        // Hosts that lose access are cut off before this returns: the
+        // subsystem is unlinked from its port (the kernel deletes its
+        // controllers there), its ACL changed, and linked back.
+        let plan = self.locked(|| {
             port.subsystems.extend(self.own_links_if_moving(&port)?);
             desired.ports.insert(self.port, port);
-            Ok(self.target.apply(&desired)?)
+            Ok(self.target.apply_revoking(&desired)?)
         })?;
+        if !plan.cut_off.is_empty() {
+            info!(volume = %volume, subsystem = %nqn, "controllers cut off: access narrowed, subsystem relinked to its ports");
+        }
         Ok(ExportInfo {
             target_id: nqn.to_string(),
             listener: self.listener,
