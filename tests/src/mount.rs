@@ -22,12 +22,20 @@ impl Mounted {
         Ok(())
     }
 
-    /// Mounts the ext4 filesystem of `dev` on `dir` (created if missing).
-    pub fn mount(dev: &Path, dir: PathBuf) -> Result<Self> {
+    /// Mounts the ext4 filesystem of `dev` on `dir` (created if missing)
+    /// with mount `options` (`rw`, `ro`, ...).
+    pub fn mount(dev: &Path, dir: PathBuf, options: &str) -> Result<Self> {
         fs::create_dir_all(&dir)?;
         run(
             "mount",
-            &["-t", "ext4", &dev.to_string_lossy(), &dir.to_string_lossy()],
+            &[
+                "-t",
+                "ext4",
+                "-o",
+                options,
+                &dev.to_string_lossy(),
+                &dir.to_string_lossy(),
+            ],
         )?;
         Ok(Self { dir, mounted: true })
     }

@@ -7,6 +7,7 @@ use pillar_csi_lab::{
     agent::{pb, AgentConfig, AgentProcess, Client, ClientTls, ServerTls, ZfsParent},
     block::{pattern, read_at, write_at},
     iscsi::{self, Iface, Session},
+    mount::Mounted,
     nvme::Connection,
     run,
     tls::Ca,
@@ -136,45 +137,6 @@ fn witness(parent: &ZfsParent, state_dir: &Path) -> Result<Witness> {
     })
 }
 
-/// A filesystem mounted for the test; unmounted when dropped if the test
-/// did not unmount it.
-struct Mount {
-    dir: PathBuf,
-    mounted: bool,
-}
-
-impl Mount {
-    fn new(dev: &Path, dir: PathBuf, options: &str) -> Result<Self> {
-        fs::create_dir_all(&dir)?;
-        run(
-            "mount",
-            &[
-                "-t",
-                "ext4",
-                "-o",
-                options,
-                &dev.to_string_lossy(),
-                &dir.to_string_lossy(),
-            ],
-        )?;
-        Ok(Self { dir, mounted: true })
-    }
-
-    fn unmount(mut self) -> Result<()> {
-        self.mounted = false;
-        run("umount", &[&self.dir.to_string_lossy()])?;
-        Ok(())
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = run("umount", &["-l", &self.dir.to_string_lossy()]);
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the kernel lab"]
 async fn agent_plaintext_zvol_round_trip_over_nvme_tcp_and_iscsi() -> Result<()> {
@@ -292,14 +254,14 @@ async fn agent_plaintext_zvol_round_trip_over_nvme_tcp_and_iscsi() -> Result<()>
         let conn = Connection::tcp("127.0.0.1", NVME_PORT, nqn.as_str(), &host_b)?;
         let disk = conn.namespace_device(1)?;
         run("mkfs.ext4", &["-q", "-F", &disk.to_string_lossy()])?;
-        let m = Mount::new(&disk, mnt.clone(), "rw")?;
+        let m = Mounted::mount(&disk, mnt.clone(), "rw")?;
         fs::write(mnt.join("over-nvme"), &text)?;
         m.unmount()?;
     }
     {
         let conn = Connection::tcp("127.0.0.1", NVME_PORT, nqn.as_str(), &host_a)?;
         let disk = conn.namespace_device(1)?;
-        let m = Mount::new(&disk, mnt.clone(), "ro")?;
+        let m = Mounted::mount(&disk, mnt.clone(), "ro")?;
         assert!(
             fs::read(mnt.join("over-nvme"))? == text,
             "the file reads back over NVMe/TCP"
@@ -372,7 +334,7 @@ async fn agent_plaintext_zvol_round_trip_over_nvme_tcp_and_iscsi() -> Result<()>
     {
         let session = Session::login(target.as_str(), &portal, None)?;
         let disk = session.disk(0)?;
-        let m = Mount::new(&disk, mnt.clone(), "rw")?;
+        let m = Mounted::mount(&disk, mnt.clone(), "rw")?;
         assert!(
             fs::read(mnt.join("over-nvme"))? == text,
             "the file written over NVMe/TCP reads back over iSCSI"
@@ -391,7 +353,7 @@ async fn agent_plaintext_zvol_round_trip_over_nvme_tcp_and_iscsi() -> Result<()>
     assert!(!present.storage_objects.contains_key(object));
     // The bytes are on the zvol itself.
     {
-        let m = Mount::new(Path::new(&created.device_path), mnt.clone(), "ro")?;
+        let m = Mounted::mount(Path::new(&created.device_path), mnt.clone(), "ro")?;
         assert!(fs::read(mnt.join("over-nvme"))? == text);
         assert!(fs::read(mnt.join("over-iscsi"))? == more);
         m.unmount()?;

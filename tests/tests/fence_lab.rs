@@ -515,7 +515,7 @@ async fn fence_nvme_deny_cuts_off_a_connected_host_and_the_other_carries_on() ->
     );
     assert_ne!(dev_a, dev_b);
     Mounted::mkfs(&dev_b, "32M")?;
-    let mnt = Mounted::mount(&dev_b, lab.work.join(lab.unique("mnt-b")))?;
+    let mnt = Mounted::mount(&dev_b, lab.work.join(lab.unique("mnt-b")), "rw")?;
     let file = mnt.dir.join("records");
 
     // Both write: A block after block on the raw device, B fsynced records
@@ -547,7 +547,7 @@ async fn fence_nvme_deny_cuts_off_a_connected_host_and_the_other_carries_on() ->
     let times = ticker.finish()?;
     let (longest, median) = pauses(&times);
     mnt.unmount()?;
-    let mnt = Mounted::mount(&dev_b, lab.work.join(lab.unique("mnt-b")))?;
+    let mnt = Mounted::mount(&dev_b, lab.work.join(lab.unique("mnt-b")), "rw")?;
     check_records(&mnt.dir.join("records"), times.len())?;
     mnt.unmount()?;
     assert_eq!(allowed_hosts(&nqn)?, vec![b.clone()]);
