@@ -85,7 +85,9 @@ pub struct Fence {
     pub live: Option<Lifecycle>,
     /// UIDs whose lifecycles have ended.
     pub ended_uids: BTreeSet<String>,
-    /// The DeleteVolume token that ended the last lifecycle, for identical retries.
+    /// The DeleteVolume token that ended the last lifecycle, for identical
+    /// retries; recorded only when that DeleteVolume destroyed the volume or
+    /// found none to destroy (not for a PreserveOriginal LV).
     pub deleted_by: Option<Token>,
 }
 
