@@ -417,9 +417,21 @@ async fn adopt_lv_preserve_original_survives_delete_and_pins_identity() -> R {
     ))
     .exists());
     assert_eq!(read_file_on(&dev, "data.txt"), "legacy data\n");
-    f.agent
+    // That DeleteVolume destroyed nothing: its identical retry is refused
+    // like any request with the ended token (spec: only a Managed volume's
+    // DeleteVolume is repeatable), and the refusal changes nothing.
+    let ended = f.agent.marks().load(&id)?;
+    let retry = f
+        .agent
         .delete_volume(&id, None, Some(&token("uid-p1", 2)))
-        .await?;
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(retry, AgentError::FailedPrecondition(_)),
+        "{retry:?}"
+    );
+    assert_eq!(f.agent.marks().load(&id)?, ended);
+    assert!(lv_exists(&vg, &name));
 
     let i = f.agent.inspect_volume(&id, None).await?;
     let mark = i.mark.expect("the mark survives");
