@@ -1,9 +1,6 @@
 //! `pillar-csi`: the one binary of the driver; each role is a subcommand.
 use clap::{Args, Parser, Subcommand};
-use pillar_csi_agent::{
-    config::{AgentConfig, BackendConfig},
-    server,
-};
+use pillar_csi_agent::{config::AgentConfig, server};
 use std::{net::IpAddr, net::SocketAddr, path::PathBuf, process::ExitCode};
 
 #[derive(Parser)]
@@ -31,7 +28,8 @@ struct AgentArgs {
     /// A YAML configuration file (same keys as the flags, camelCase).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// A backend: `zfs=<pool>[/<parentDataset>]` or `lvm=<vg>[/<thinPool>]`; repeatable.
+    /// A backend: `zfs=<pool>[/<parentDataset>]` or `lvm=<vg>[/<thinPool>]`;
+    /// repeatable. Given at least once, these replace the file's backends.
     #[arg(long = "backend", value_name = "KIND=NAME")]
     backends: Vec<String>,
     /// gRPC listen address.
@@ -69,31 +67,6 @@ struct AgentArgs {
     resync_interval_seconds: Option<u64>,
 }
 
-fn parse_backend(spec: &str) -> Result<BackendConfig, String> {
-    let (kind, name) = spec.split_once('=').ok_or_else(|| {
-        format!(
-            "--backend {spec:?}: expected zfs=<pool>[/<parentDataset>] or lvm=<vg>[/<thinPool>]"
-        )
-    })?;
-    let (first, rest) = match name.split_once('/') {
-        Some((a, b)) => (a.to_owned(), Some(b.to_owned())),
-        None => (name.to_owned(), None),
-    };
-    match kind {
-        "zfs" => Ok(BackendConfig::Zfs {
-            pool: first,
-            parent_dataset: rest,
-        }),
-        "lvm" => Ok(BackendConfig::Lvm {
-            volume_group: first,
-            thin_pool: rest,
-        }),
-        other => Err(format!(
-            "--backend {spec:?}: unknown kind {other:?} (zfs or lvm)"
-        )),
-    }
-}
-
 fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
     let mut c = match &args.config {
         Some(path) => {
@@ -103,9 +76,8 @@ fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
         }
         None => AgentConfig::default(),
     };
-    for b in &args.backends {
-        c.backends.push(parse_backend(b)?);
-    }
+    c.override_backends(&args.backends)
+        .map_err(|e| e.to_string())?;
     c.listen = args.listen.unwrap_or(c.listen);
     c.state_dir = args.state_dir.unwrap_or(c.state_dir);
     c.tls.cert = args.tls_cert.or(c.tls.cert);

@@ -55,9 +55,9 @@ pub struct Listener {
     pub port: u16,
 }
 
-/// The whole configuration.
+/// The whole configuration. Read a file with [`AgentConfig::from_yaml`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct AgentConfig {
     /// Storage backends, each a one-key map (`- zfs: {...}`, `- lvm: {...}`).
     #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
@@ -101,15 +101,106 @@ impl Default for AgentConfig {
     }
 }
 
+/// The YAML file as written: every key optional. A key left out takes the
+/// default of [`AgentConfig::default`]; so does a listener field left out.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
+    backends: Option<Vec<BackendConfig>>,
+    listen: Option<SocketAddr>,
+    state_dir: Option<PathBuf>,
+    tls: Option<TlsConfig>,
+    insecure_plaintext: Option<bool>,
+    nvmeof: Option<FileListener>,
+    iscsi: Option<FileListener>,
+    resync_interval_seconds: Option<u64>,
+}
+
+/// A listener in the file: either field may be left out.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FileListener {
+    address: Option<IpAddr>,
+    port: Option<u16>,
+}
+
+impl FileListener {
+    fn over(self, default: Listener) -> Listener {
+        Listener {
+            address: self.address.unwrap_or(default.address),
+            port: self.port.unwrap_or(default.port),
+        }
+    }
+}
+
+impl BackendConfig {
+    /// Parses a `--backend` flag: `zfs=<pool>[/<parentDataset>]` or
+    /// `lvm=<vg>[/<thinPool>]` (names are checked by [`AgentConfig::validate`]).
+    pub fn from_flag(spec: &str) -> Result<Self, ConfigError> {
+        let (kind, name) = spec.split_once('=').ok_or_else(|| {
+            ConfigError(vec![format!(
+                "--backend {spec:?}: expected zfs=<pool>[/<parentDataset>] or lvm=<vg>[/<thinPool>]"
+            )])
+        })?;
+        let (first, rest) = match name.split_once('/') {
+            Some((a, b)) => (a.to_owned(), Some(b.to_owned())),
+            None => (name.to_owned(), None),
+        };
+        match kind {
+            "zfs" => Ok(BackendConfig::Zfs {
+                pool: first,
+                parent_dataset: rest,
+            }),
+            "lvm" => Ok(BackendConfig::Lvm {
+                volume_group: first,
+                thin_pool: rest,
+            }),
+            other => Err(ConfigError(vec![format!(
+                "--backend {spec:?}: unknown kind {other:?} (zfs or lvm)"
+            )])),
+        }
+    }
+}
+
 /// A configuration that cannot run, with everything wrong in it.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid agent configuration: {}", .0.join("; "))]
 pub struct ConfigError(pub Vec<String>);
 
 impl AgentConfig {
-    /// Reads a YAML file; unknown keys are refused.
+    /// Reads a YAML file; unknown keys are refused, keys left out take
+    /// their defaults (an empty file is the default configuration).
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
-        serde_yaml::from_str(text).map_err(|e| ConfigError(vec![format!("config file: {e}")]))
+        let file: Option<FileConfig> = serde_yaml::from_str(text)
+            .map_err(|e| ConfigError(vec![format!("config file: {e}")]))?;
+        let file = file.unwrap_or_default();
+        let d = Self::default();
+        Ok(Self {
+            backends: file.backends.unwrap_or(d.backends),
+            listen: file.listen.unwrap_or(d.listen),
+            state_dir: file.state_dir.unwrap_or(d.state_dir),
+            tls: file.tls.unwrap_or(d.tls),
+            insecure_plaintext: file.insecure_plaintext.unwrap_or(d.insecure_plaintext),
+            nvmeof: file.nvmeof.map_or(d.nvmeof, |l| l.over(d.nvmeof)),
+            iscsi: file.iscsi.map_or(d.iscsi, |l| l.over(d.iscsi)),
+            resync_interval_seconds: file
+                .resync_interval_seconds
+                .unwrap_or(d.resync_interval_seconds),
+        })
+    }
+
+    /// Applies the `--backend` flags: when any is given they replace the
+    /// file's backends (flags override the file); none leaves them as they are.
+    pub fn override_backends(&mut self, flags: &[String]) -> Result<(), ConfigError> {
+        if flags.is_empty() {
+            return Ok(());
+        }
+        self.backends = flags
+            .iter()
+            .map(|f| BackendConfig::from_flag(f))
+            .collect::<Result<_, _>>()?;
+        Ok(())
     }
 
     /// The resync interval, if any.
@@ -228,6 +319,65 @@ mod tests {
         );
         c.validate()?;
         assert!(AgentConfig::from_yaml("listen: 1.2.3.4:1\nbogus: 1\n").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn keys_left_out_take_their_defaults() -> Result<(), ConfigError> {
+        let d = AgentConfig::default();
+        assert_eq!(AgentConfig::from_yaml("")?, d, "an empty file");
+        let c = AgentConfig::from_yaml(
+            "backends:\n  - zfs: {pool: tank}\ninsecurePlaintext: true\nnvmeof: {address: 10.0.0.5}\niscsi: {port: 3261}\n",
+        )?;
+        assert_eq!(c.listen, d.listen);
+        assert_eq!(c.state_dir, d.state_dir);
+        assert_eq!(c.resync_interval_seconds, d.resync_interval_seconds);
+        assert_eq!(
+            c.nvmeof,
+            Listener {
+                address: [10, 0, 0, 5].into(),
+                port: 4420
+            }
+        );
+        assert_eq!(
+            c.iscsi,
+            Listener {
+                address: d.iscsi.address,
+                port: 3261
+            }
+        );
+        c.validate()?;
+        let bad = AgentConfig::from_yaml("nvmeof: {address: 10.0.0.5, prot: 1}\n")
+            .expect_err("unknown nested key");
+        assert!(bad.to_string().contains("prot"), "{bad}");
+        Ok(())
+    }
+
+    #[test]
+    fn backend_flags_replace_the_files_backends() -> Result<(), ConfigError> {
+        let mut c = AgentConfig::from_yaml(
+            "backends:\n  - zfs: {pool: tank, parentDataset: k8s}\n  - lvm: {volumeGroup: data-vg}\n",
+        )?;
+        let from_file = c.backends.clone();
+        c.override_backends(&[])?;
+        assert_eq!(c.backends, from_file, "no flag keeps the file's backends");
+        c.override_backends(&["lvm=data-vg/thin0".into()])?;
+        assert_eq!(
+            c.backends,
+            vec![BackendConfig::Lvm {
+                volume_group: "data-vg".into(),
+                thin_pool: Some("thin0".into())
+            }],
+            "a flag naming the file's VG again replaces it instead of repeating it"
+        );
+        c.insecure_plaintext = true;
+        c.validate()?;
+        let before = c.clone();
+        let bad = c
+            .override_backends(&["zfs=tank".into(), "nfs=x".into()])
+            .expect_err("unknown kind");
+        assert!(bad.to_string().contains("unknown kind \"nfs\""), "{bad}");
+        assert_eq!(c, before, "a bad flag changes nothing");
         Ok(())
     }
 

@@ -10,6 +10,9 @@
 //!    the token's: the recorded generation rises to the token's;
 //! 4. the token's uid has ended: refused, except an identical retry of the
 //!    DeleteVolume that ended it, which succeeds without touching anything.
+//!    Only a DeleteVolume that destroyed the volume (or found none to
+//!    destroy) is recorded for such retries ([`Fence::end`] with its token);
+//!    the service ends a PreserveOriginal LV's lifecycle without one.
 //!
 //! A refusal changes nothing. The functions here are pure; the store that
 //! makes marks durable is [`crate::marks`].
@@ -82,7 +85,9 @@ pub struct Fence {
     pub live: Option<Lifecycle>,
     /// UIDs whose lifecycles have ended.
     pub ended_uids: BTreeSet<String>,
-    /// The DeleteVolume token that ended the last lifecycle, for identical retries.
+    /// The DeleteVolume token that ended the last lifecycle, for identical
+    /// retries; recorded only when that DeleteVolume destroyed the volume or
+    /// found none to destroy (not for a PreserveOriginal LV).
     pub deleted_by: Option<Token>,
 }
 

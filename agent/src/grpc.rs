@@ -260,6 +260,25 @@ fn inspection(volume_id: String, i: Inspection) -> pb::InspectVolumeResponse {
 
 type Reply<T> = Result<Response<T>, Status>;
 
+/// The RPCs this agent serves, in the order `AgentService` declares them
+/// (GetCapabilitiesResponse.rpcs).
+pub const SERVED_RPCS: [&str; 14] = [
+    "GetCapabilities",
+    "GetCapacity",
+    "ListVolumes",
+    "HealthCheck",
+    "CreateVolume",
+    "DeleteVolume",
+    "ExpandVolume",
+    "ExportVolume",
+    "UnexportVolume",
+    "AllowInitiator",
+    "DenyInitiator",
+    "ReleaseVolume",
+    "InspectVolume",
+    "ReconcileState",
+];
+
 #[tonic::async_trait]
 impl AgentService for AgentGrpc {
     #[instrument(skip_all)]
@@ -283,6 +302,7 @@ impl AgentService for AgentGrpc {
                 .map(|e| protocol_type(e.protocol()) as i32)
                 .collect(),
             agent_version: self.version.clone(),
+            rpcs: SERVED_RPCS.iter().map(|r| (*r).to_owned()).collect(),
         }))
     }
 
@@ -630,6 +650,29 @@ mod tests {
             import_lv_policy: policy.into(),
             ..Default::default()
         }
+    }
+
+    /// GetCapabilities lists every RPC `agent.proto` declares, in its order:
+    /// an RPC added to the contract and not to the list fails here.
+    #[tokio::test]
+    async fn get_capabilities_lists_the_rpcs_the_proto_declares() -> Result<(), AgentError> {
+        let declared: Vec<&str> = include_str!("../../proto/pillar_csi/agent/v1/agent.proto")
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("rpc "))
+            .filter_map(|l| l.split('(').next())
+            .map(str::trim)
+            .collect();
+        let dir = tempfile::tempdir().map_err(|e| AgentError::Internal(e.to_string()))?;
+        let marks = crate::marks::MarkStore::open(dir.path())?;
+        let grpc = AgentGrpc::new(Arc::new(Agent::new(vec![], vec![], marks)), "test");
+        let caps = grpc
+            .get_capabilities(Request::new(pb::GetCapabilitiesRequest {}))
+            .await
+            .map_err(|s| AgentError::Internal(s.to_string()))?
+            .into_inner();
+        assert!(!declared.is_empty());
+        assert_eq!(caps.rpcs, declared);
+        Ok(())
     }
 
     #[test]

@@ -26,3 +26,6 @@ pub mod marks;
 pub mod server;
 pub mod service;
 pub mod volume;
+
+#[cfg(test)]
+mod readme_tests;

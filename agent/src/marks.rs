@@ -102,6 +102,64 @@ impl AdoptedSource {
     }
 }
 
+/// What the libblkid signature probe (`blkid -p`, in-process) found on an
+/// adopted volume's device when it was imported. A record for operators and
+/// for the node's format-only-blank rule; never a reason to refuse.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum ProbeRecord {
+    /// A filesystem superblock.
+    #[serde(rename_all = "camelCase")]
+    Filesystem {
+        /// Its type (`ext4`, `xfs`, ...).
+        filesystem_type: String,
+    },
+    /// A partition table and no filesystem on the whole device.
+    #[serde(rename_all = "camelCase")]
+    PartitionTable {
+        /// Its type (`gpt`, `dos`).
+        partition_table_type: String,
+    },
+    /// Another signature (swap, RAID member, LVM PV, crypto, ...).
+    #[serde(rename_all = "camelCase")]
+    Other {
+        /// libblkid's `TYPE`.
+        signature_type: String,
+        /// libblkid's `USAGE`, when reported.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<String>,
+    },
+    /// The probe ran and found no signature.
+    Blank,
+    /// The probe could not decide (open or read failed, ambiguous result).
+    Unknown {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl From<&sys::blkid::Probe> for ProbeRecord {
+    fn from(p: &sys::blkid::Probe) -> Self {
+        use sys::blkid::Probe;
+        match p {
+            Probe::Filesystem { fs_type } => ProbeRecord::Filesystem {
+                filesystem_type: fs_type.clone(),
+            },
+            Probe::PartitionTable { pt_type } => ProbeRecord::PartitionTable {
+                partition_table_type: pt_type.clone(),
+            },
+            Probe::Other { kind, usage } => ProbeRecord::Other {
+                signature_type: kind.clone(),
+                usage: usage.clone(),
+            },
+            Probe::Blank => ProbeRecord::Blank,
+            Probe::Unknown(why) => ProbeRecord::Unknown {
+                reason: why.clone(),
+            },
+        }
+    }
+}
+
 impl std::fmt::Display for BackendRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -128,6 +186,10 @@ pub struct FenceMark {
     /// The adopted source, when the volume was imported rather than created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted: Option<AdoptedSource>,
+    /// What the signature probe found on the device at the last import that
+    /// adopted it (kept with `adopted`, dropped with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import_probe: Option<ProbeRecord>,
 }
 
 impl FenceMark {
@@ -140,6 +202,7 @@ impl FenceMark {
             backend: None,
             exports: BTreeMap::new(),
             adopted: None,
+            import_probe: None,
         }
     }
 }

@@ -417,9 +417,21 @@ async fn adopt_lv_preserve_original_survives_delete_and_pins_identity() -> R {
     ))
     .exists());
     assert_eq!(read_file_on(&dev, "data.txt"), "legacy data\n");
-    f.agent
+    // That DeleteVolume destroyed nothing: its identical retry is refused
+    // like any request with the ended token (spec: only a Managed volume's
+    // DeleteVolume is repeatable), and the refusal changes nothing.
+    let ended = f.agent.marks().load(&id)?;
+    let retry = f
+        .agent
         .delete_volume(&id, None, Some(&token("uid-p1", 2)))
-        .await?;
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(retry, AgentError::FailedPrecondition(_)),
+        "{retry:?}"
+    );
+    assert_eq!(f.agent.marks().load(&id)?, ended);
+    assert!(lv_exists(&vg, &name));
 
     let i = f.agent.inspect_volume(&id, None).await?;
     let mark = i.mark.expect("the mark survives");
@@ -461,6 +473,110 @@ async fn adopt_lv_preserve_original_survives_delete_and_pins_identity() -> R {
         .await?;
     assert!(lv_exists(&vg, &name));
     sh(&format!("lvremove -q -y {id}"));
+    Ok(())
+}
+
+/// What `blkid -p` (the CLI, an independent witness) reports as TYPE.
+fn blkid_type(dev: &str) -> String {
+    sh(&format!("blkid -p -o value -s TYPE {dev}"))
+        .trim()
+        .to_owned()
+}
+
+/// The import's in-process libblkid probe is recorded in the mark: the
+/// filesystem an LV and a zvol hold, as the `blkid -p` CLI names it, and a
+/// blank zvol as blank; none of it refuses the import. The PreserveOriginal
+/// LV's DeleteVolume destroys nothing, so its identical retry is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the kernel lab"]
+async fn adopt_probe_records_what_blkid_finds_on_an_lv_and_a_zvol() -> R {
+    use pillar_csi_agent::marks::ProbeRecord;
+    let lab = Lab::get();
+
+    // An LV holding xfs, adopted PreserveOriginal.
+    let vg = lab.vg.clone();
+    let name = lab.unique("probed").replace('-', "_");
+    make_lv_with_xfs(&vg, &name);
+    let id = format!("{vg}/{name}");
+    let ident = lv_identity(&vg, &name);
+    let f = lvm_agent(&lab, false);
+    import_lv(&f, &ident, LvPolicy::PreserveOriginal, 1 << 20, "uid-b1").await?;
+    let witness = blkid_type(&format!("/dev/{id}"));
+    assert_eq!(witness, "xfs");
+    let mark = f.agent.marks().load(&id)?.unwrap();
+    assert_eq!(
+        mark.import_probe,
+        Some(ProbeRecord::Filesystem {
+            filesystem_type: witness
+        })
+    );
+    let on_disk: serde_json::Value =
+        serde_json::from_slice(&fs::read(f.state.path().join("agent").join(format!(
+            "{}.mark.json",
+            pillar_csi_agent::marks::encode(&id)
+        )))?)?;
+    assert_eq!(
+        on_disk["importProbe"],
+        serde_json::json!({"state": "filesystem", "filesystemType": "xfs"}),
+        "{on_disk}"
+    );
+    f.agent
+        .delete_volume(&id, None, Some(&token("uid-b1", 1)))
+        .await?;
+    let after = f.agent.marks().load(&id)?;
+    let retry = f
+        .agent
+        .delete_volume(&id, None, Some(&token("uid-b1", 1)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        retry.to_string(),
+        format!("stale fencing token for volume {id}: lifecycle uid-b1 has ended")
+    );
+    assert!(matches!(retry, AgentError::FailedPrecondition(_)));
+    assert_eq!(
+        f.agent.marks().load(&id)?,
+        after,
+        "the refusal changes nothing"
+    );
+    assert!(lv_exists(&vg, &name), "PreserveOriginal: the LV stays");
+    sh(&format!("lvremove -q -y {id}"));
+
+    // Zvols: one holding ext4, one blank.
+    let parent = lab.unique("probez");
+    let p = format!("{}/{parent}", lab.pool);
+    let (fs_ds, blank_ds) = (format!("{p}/with-ext4"), format!("{p}/blank"));
+    sh(&format!(
+        "zfs create {p} && zfs create -V 64M {fs_ds} && zfs create -V 64M {blank_ds}"
+    ));
+    settle();
+    sh(&format!("mkfs.ext4 -q /dev/zvol/{fs_ds}"));
+    let f = zfs_agent(&lab, &parent);
+    let witness = blkid_type(&format!("/dev/zvol/{fs_ds}"));
+    assert_eq!(witness, "ext4");
+    for (ds, expected) in [
+        (
+            &fs_ds,
+            ProbeRecord::Filesystem {
+                filesystem_type: witness,
+            },
+        ),
+        (&blank_ds, ProbeRecord::Blank),
+    ] {
+        let zid = format!("{}/{}", lab.pool, ds.rsplit('/').next().unwrap());
+        import_zvol(&f, &zid, ds, 32 << 20, "uid-b2").await?;
+        let mark = f.agent.marks().load(&zid)?.unwrap();
+        assert_eq!(mark.import_probe, Some(expected), "{ds}");
+        f.agent
+            .delete_volume(&zid, None, Some(&token("uid-b2", 1)))
+            .await?;
+        // An imported zvol's DeleteVolume destroyed it: its retry succeeds.
+        f.agent
+            .delete_volume(&zid, None, Some(&token("uid-b2", 1)))
+            .await?;
+        assert!(run("zfs", &["list", ds]).is_err(), "{ds} destroyed");
+    }
+    sh(&format!("zfs destroy -r {p}"));
     Ok(())
 }
 

@@ -6,7 +6,7 @@ use crate::{
     backend::{Backend, BackendKind, ImportSource, VolumeState},
     error::AgentError,
     fence::{Admission, Call, Token},
-    marks::{AdoptedSource, BackendRecord, FenceMark},
+    marks::{AdoptedSource, BackendRecord, FenceMark, ProbeRecord},
     volume::VolumeId,
 };
 use std::sync::Arc;
@@ -237,10 +237,15 @@ impl Agent {
         }
         let vid = id.clone();
         let (record, state) = blocking(move || backend.import(&vid, &source, bytes)).await?;
+        // The spec's `blkid -p` signature probe, read-only and in-process.
+        // It refuses nothing: what it found is recorded with the pin.
+        let device = state.device_path.clone();
+        let probe = blocking(move || Ok(ProbeRecord::from(&sys::blkid::probe(&device)))).await?;
         txn.mark.backend = Some(record);
         txn.mark.adopted = Some(wanted);
+        txn.mark.import_probe = Some(probe.clone());
         txn.commit().await?;
-        info!(volume = %id, bytes = state.capacity_bytes, "existing volume adopted");
+        info!(volume = %id, bytes = state.capacity_bytes, probe = ?probe, "existing volume adopted");
         Ok(state)
     }
 }

@@ -264,6 +264,8 @@ impl Agent {
 }
 
 #[cfg(test)]
+mod adoption_tests;
+#[cfg(test)]
 mod holes_tests;
 #[cfg(test)]
 mod sim;

@@ -24,6 +24,8 @@ pub(super) struct SimBackend {
     pub(super) volumes: Mutex<BTreeMap<String, u64>>,
     pub(super) created: Mutex<u32>,
     pub(super) destroyed: Mutex<u32>,
+    /// The device an import reports (default: the simulated `/dev/zd0`).
+    pub(super) import_device: Mutex<Option<PathBuf>>,
 }
 
 impl Backend for SimBackend {
@@ -142,9 +144,17 @@ impl Backend for SimBackend {
             dataset: dataset.clone(),
             guid: None,
         };
-        let state = self
+        let mut state = self
             .lookup(&at)?
             .ok_or_else(|| crate::adopt::refused(id, format!("missing: {dataset}")))?;
+        if let Some(device) = self
+            .import_device
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))?
+            .clone()
+        {
+            state.device_path = device;
+        }
         Ok((at, state))
     }
 }

@@ -1,10 +1,10 @@
 //! CreateVolume, DeleteVolume and ExpandVolume.
-use super::{blocking, describe, recorded, sized, Agent};
+use super::{blocking, describe, recorded, sized, txn::Txn, Agent};
 use crate::{
     backend::{Backend, BackendKind, CreateOptions, VolumeState},
     error::AgentError,
     export::Protocol,
-    fence::{Admission, Call, Token},
+    fence::{Admission, Call, FenceError, Token},
     marks::{AdoptedSource, BackendRecord},
     volume::VolumeId,
 };
@@ -131,17 +131,49 @@ impl Agent {
         backend: Arc<dyn Backend>,
         token: Option<Token>,
     ) -> Result<(), AgentError> {
-        let mut txn = self.begin(&id, token.as_ref(), Call::Delete).await?;
+        let txn = self.begin(&id, token.as_ref(), Call::Delete).await?;
         if txn.admission == Admission::RepeatsDelete {
+            if txn
+                .mark
+                .adopted
+                .as_ref()
+                .is_some_and(AdoptedSource::preserves)
+            {
+                // A mark written before the exception was narrowed may record
+                // the DeleteVolume that ended a preserved LV's lifecycle; that
+                // delete destroyed nothing, so its retry is refused like any
+                // other request with an ended token.
+                return Err(FenceError::Ended {
+                    volume_id: id.to_string(),
+                    volume_uid: token.map(|t| t.volume_uid).unwrap_or_default(),
+                }
+                .into());
+            }
             return Ok(());
         }
+        self.delete_live(txn, backend, token).await
+    }
+
+    /// DeleteVolume of an admitted live lifecycle. A delete that destroys
+    /// the volume (one this agent created, an imported zvol, a Managed LV)
+    /// or finds none of this agent's records its token for identical
+    /// retries; the delete of a PreserveOriginal LV, which ends the lifecycle
+    /// and keeps the LV, does not, so a retry of it is refused like any
+    /// other request with an ended token.
+    async fn delete_live(
+        &self,
+        mut txn: Txn,
+        backend: Arc<dyn Backend>,
+        token: Option<Token>,
+    ) -> Result<(), AgentError> {
+        let id = txn.id.clone();
         let mark = txn.mark.clone();
         self.unexport_all(&id).await?;
-        txn.mark.fence = mark.fence.end(token.clone());
         txn.mark.exports.clear();
         if mark.adopted.as_ref().is_some_and(AdoptedSource::preserves) {
             // PreserveOriginal: the LV stays; only our records change. The
             // pin survives the lifecycle.
+            txn.mark.fence = mark.fence.end(None);
             txn.mark.backend = None;
             txn.commit().await?;
             info!(volume = %id, "lifecycle of a preserved volume ended; the logical volume stays");
@@ -150,8 +182,12 @@ impl Agent {
         let Some(record) = mark.backend.clone() else {
             // Nothing was created under this ID by this agent: whatever
             // exists there is not ours. End the lifecycle, touch nothing.
+            // As for a missing volume, the delete succeeded: its identical
+            // retry succeeds too (a controller forgetting a refused import).
+            txn.mark.fence = mark.fence.end(token);
             return txn.commit().await;
         };
+        txn.mark.fence = mark.fence.end(token);
         let target = record.clone();
         if let Err(e) = blocking(move || backend.destroy(&target)).await {
             // Put the exports back: a failed delete changes nothing.
@@ -163,6 +199,7 @@ impl Agent {
         txn.mark.backend = None;
         // The adopted volume is destroyed: its pin protects nothing any more.
         txn.mark.adopted = None;
+        txn.mark.import_probe = None;
         txn.commit().await?;
         info!(volume = %id, "volume deleted");
         Ok(())
