@@ -14,6 +14,21 @@ fn names(lab: &Lab) -> Result<(VgName, LvName)> {
     Ok((VgName::new(&lab.vg)?, LvName::new(&lab.thin_pool)?))
 }
 
+/// The LV as LVM reports it once nothing holds it open. udev's rules open a
+/// new LV to probe it, so right after a create its `open` flag can still be
+/// set for a moment; an LV that stays open for 10 s is reported as it is.
+fn idle_lv(lvm: &Lvm, vg: &VgName, lv: &LvName) -> Result<Lv> {
+    let _ = run("udevadm", &["settle"]);
+    for _ in 0..50 {
+        let found = lvm.lv(vg, lv)?;
+        if found.attr.open == Some(false) {
+            return Ok(found);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    Ok(lvm.lv(vg, lv)?)
+}
+
 /// `lvs -a` of a VG through the CLI, as JSON objects keyed by LV name.
 fn cli_lvs(vg: &str) -> Result<BTreeMap<String, Value>> {
     let out = run(
@@ -146,7 +161,7 @@ fn lvm_create_linear_and_thin_cross_checked_with_lvs() -> Result<()> {
     let thin = LvName::new(&lab.unique("lvm-thin"))?;
 
     let created = lvm.create_linear(&vg, &lin, 8 * MIB)?;
-    let l = lvm.lv(&vg, &lin)?;
+    let l = idle_lv(&lvm, &vg, &lin)?;
     assert_created_is(&created, &l);
     assert_eq!(
         (l.name.as_str(), l.size, l.segtype.as_str()),
@@ -164,7 +179,7 @@ fn lvm_create_linear_and_thin_cross_checked_with_lvs() -> Result<()> {
 
     // Not a multiple of the extent size: rounded up to whole extents.
     let created = lvm.create_thin(&vg, &pool, &thin, 16 * MIB + 512)?;
-    let t = lvm.lv(&vg, &thin)?;
+    let t = idle_lv(&lvm, &vg, &thin)?;
     assert_created_is(&created, &t);
     let extent = lvm.vg(&vg)?.extent_size;
     assert_eq!(t.size, (16 * MIB + 512).div_ceil(extent) * extent);
