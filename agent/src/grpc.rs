@@ -96,15 +96,15 @@ fn import_source(r: &pb::CreateVolumeRequest) -> Result<Option<ImportSource>, Ag
                 "{}/{}:{}:{}",
                 lv.volume_group, lv.logical_volume, lv.volume_group_uuid, lv.logical_volume_uuid
             );
-            let identity = sys::adopt::parse_import_lv(&value).map_err(|e| {
+            let identity = api::annotations::parse_import_lv(&value).map_err(|e| {
                 AgentError::InvalidArgument(format!(
                     "volume {}: import_lv: {e}",
                     truncate(&r.volume_id)
                 ))
             })?;
             let policy = match r.import_lv_policy.as_str() {
-                "" => sys::adopt::LvPolicy::PreserveOriginal,
-                other => sys::adopt::parse_import_lv_policy(Some(other)).map_err(|e| {
+                "" => api::annotations::LvPolicy::PreserveOriginal,
+                other => api::annotations::parse_import_lv_policy(Some(other)).map_err(|e| {
                     AgentError::InvalidArgument(format!(
                         "volume {}: import_lv_policy: {e}",
                         truncate(&r.volume_id)
@@ -690,11 +690,11 @@ mod tests {
             panic!("an LV source");
         };
         assert_eq!(identity.lv_uuid.as_str(), LV_UUID);
-        assert_eq!(policy, sys::adopt::LvPolicy::PreserveOriginal);
+        assert_eq!(policy, api::annotations::LvPolicy::PreserveOriginal);
         assert!(matches!(
             import_source(&request("", Some(("data-vg", "legacy")), "Managed"))?,
             Some(ImportSource::Lv {
-                policy: sys::adopt::LvPolicy::Managed,
+                policy: api::annotations::LvPolicy::Managed,
                 ..
             })
         ));

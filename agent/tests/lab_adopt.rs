@@ -8,6 +8,7 @@
 //!
 //! Run with `tests/lab/run tests -- adopt_`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+use api::annotations::{LvIdentity, LvPolicy};
 use pillar_csi_agent::{error::AgentError, export::Protocol, marks::ExportRecord};
 use pillar_csi_lab::{
     agent::{pb, AgentConfig, AgentProcess},
@@ -20,7 +21,6 @@ use std::{
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
 };
-use sys::adopt::{LvIdentity, LvPolicy};
 use tonic::Code;
 
 mod common;

@@ -6,6 +6,7 @@
 //!
 //! Run with `tests/lab/run tests -- repair_`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+use api::annotations::LvPolicy;
 use pillar_csi_agent::{
     adopt::OwnExports,
     backend::{Backend, CreateOptions, ZfsBackend},
@@ -20,7 +21,6 @@ use pillar_csi_lab::{
     nvme::Connection,
 };
 use std::{fs, net::IpAddr, sync::Arc};
-use sys::adopt::LvPolicy;
 
 mod common;
 use common::*;

@@ -28,33 +28,8 @@ pub const CHAP_USERNAME: &str = "chapUsername";
 /// The key of the iSCSI CHAP password.
 pub const CHAP_PASSWORD: &str = "chapPassword";
 
-/// How the node reaches the volume.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    /// NVMe over Fabrics, TCP transport.
-    NvmeofTcp,
-    /// iSCSI.
-    Iscsi,
-}
-
-impl Protocol {
-    /// The token used in publish contexts and volume handles.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::NvmeofTcp => "nvmeof-tcp",
-            Protocol::Iscsi => "iscsi",
-        }
-    }
-
-    /// Parses a token written by [`Protocol::as_str`].
-    pub fn parse(token: &str) -> Option<Self> {
-        match token {
-            "nvmeof-tcp" => Some(Protocol::NvmeofTcp),
-            "iscsi" => Some(Protocol::Iscsi),
-            _ => None,
-        }
-    }
-}
+/// How the node reaches the volume: one definition, in the vocabulary crate.
+pub use api::tokens::Protocol;
 
 /// iSCSI CHAP credentials.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,8 +5,6 @@
 //!   libzfs_core and libzfs (no `zfs`/`zpool` process).
 //! - [`lvm`]: LVM through liblvm2cmd, in-process, on one worker thread.
 //! - [`udev`]: waiting for a device node that udev creates.
-//! - [`adopt`]: the adoption annotations' values (import-zvol, import-lv,
-//!   import-lv-policy), checked once for the agent and the controller.
 //! - [`blkid`]: a read-only filesystem and partition-table signature probe
 //!   through libblkid.
 //! - [`block`]: a block device's identity, size and partitions, and who uses
@@ -43,7 +41,6 @@
 //! A fuller walk-through (a zvol and a thin LV, who uses a device) is
 //! `examples/sys_volumes.rs`.
 
-pub mod adopt;
 pub mod blkid;
 pub mod block;
 pub mod lvm;

@@ -51,9 +51,9 @@ pub enum ImportSource {
     /// An LV, its identity and policy to pin.
     Lv {
         /// Names and UUIDs.
-        identity: sys::adopt::LvIdentity,
+        identity: api::annotations::LvIdentity,
         /// PreserveOriginal or Managed.
-        policy: sys::adopt::LvPolicy,
+        policy: api::annotations::LvPolicy,
     },
 }
 

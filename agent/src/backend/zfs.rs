@@ -238,7 +238,7 @@ impl Backend for ZfsBackend {
         };
         let named = match &snapshot {
             Some(s) => s.dataset(),
-            None => sys::adopt::parse_import_zvol(raw)
+            None => api::annotations::parse_import_zvol(raw)
                 .map_err(|e| AgentError::InvalidArgument(format!("volume {id}: {e}")))?,
         };
         let resolved = Self::dataset(&self.locate(id)?)?;

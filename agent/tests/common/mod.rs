@@ -2,6 +2,7 @@
 //! (libzfs, liblvm2cmd) and kernel targets (nvmet, LIO) behind an `Agent`,
 //! tokens, shell witnesses and the LV identity read with `lvs`.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+use api::annotations::{LvIdentity, LvPolicy};
 use pillar_csi_agent::{
     backend::{Backend, ImportSource, LvmBackend, VolumeState, ZfsBackend},
     config::Listener,
@@ -17,7 +18,6 @@ use std::{
     path::PathBuf,
     sync::{Arc, OnceLock},
 };
-use sys::adopt::{LvIdentity, LvPolicy};
 
 pub type R = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
@@ -157,7 +157,7 @@ pub fn lv_identity(vg: &str, lv: &str) -> LvIdentity {
         "lvs --noheadings --separator : -o vg_name,lv_name,vg_uuid,lv_uuid {vg}/{lv} | tr -d ' '"
     ));
     let parts: Vec<&str> = out.trim().split(':').collect();
-    sys::adopt::parse_import_lv(&format!(
+    api::annotations::parse_import_lv(&format!(
         "{}/{}:{}:{}",
         parts[0], parts[1], parts[2], parts[3]
     ))

@@ -1,8 +1,8 @@
 //! Which LVs may be adopted, as `spec/adopt-lvm-lv.md` "Supported layouts"
 //! says: linear or thin (of the backend's thin pool only) and active; every
 //! other layout, and any LV whose type is unclear, is refused with a reason.
-use super::names::LvName;
 use super::report::{Lv, VolumeType};
+use api::names::lvm::LvName;
 use std::fmt;
 
 /// The kind of an adoptable LV.

@@ -1,7 +1,7 @@
 //! An active LV's identity read from the kernel's device-mapper entries in
 //! sysfs (`/sys/block/dm-N/dm/{name,uuid}`, `/sys/block/dm-N/size`): the
 //! kernel's view, at the cost of a few small reads instead of an LVM report.
-use super::names::{LvName, LvmUuid, VgName};
+use api::names::lvm::{LvName, LvmUuid, VgName};
 use std::{fs, path::Path};
 
 /// The device-mapper name LVM gives an LV: `<vg>-<lv>` with each hyphen

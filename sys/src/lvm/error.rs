@@ -1,6 +1,6 @@
 //! Errors of `sys::lvm`: each names the VG or LV and the cause.
-use super::names::{InvalidName, InvalidUuid, LvmUuid};
 use super::report::ReportError;
+use api::names::lvm::{InvalidName, InvalidUuid, LvmUuid};
 
 /// An error from an LVM request.
 #[derive(Debug, thiserror::Error)]

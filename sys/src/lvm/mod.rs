@@ -33,15 +33,14 @@ mod adopt;
 mod dm;
 mod error;
 mod ffi;
-mod names;
 mod report;
 mod worker;
 
 pub use adopt::{classify, Adoptable, Refusal};
-pub use error::Error;
-pub use names::{
+pub use api::names::lvm::{
     check_name, InvalidName, InvalidUuid, LvName, LvmUuid, NameKind, NameRule, VgName, MAX_NAME_LEN,
 };
+pub use error::Error;
 pub use report::{
     parse_lvs, parse_vgs, Lv, LvAttr, ReportError, Vg, VolumeType, LV_FIELDS, VG_FIELDS,
 };

@@ -1,6 +1,6 @@
 //! LVM's JSON reports (`--reportformat json --units b --nosuffix`) parsed
 //! into typed VGs and LVs.
-use super::names::{LvmUuid, VgName};
+use api::names::lvm::{LvmUuid, VgName};
 use serde::Deserialize;
 use std::path::PathBuf;
 

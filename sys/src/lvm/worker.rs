@@ -5,9 +5,8 @@ use super::{
     dm,
     error::Error,
     ffi::{Handle, Outcome},
-    names::{LvName, LvmUuid, VgName},
     report::{parse_lvs, parse_vgs, Lv, Vg, VolumeType, LV_FIELDS, VG_FIELDS},
-    Created, Job, Reply, Request, ThinPool,
+    Created, Job, LvName, LvmUuid, Reply, Request, ThinPool, VgName,
 };
 use std::{ffi::CString, sync::mpsc};
 

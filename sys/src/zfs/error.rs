@@ -1,5 +1,5 @@
 //! Errors of `sys::zfs`: each names the dataset (or pool) and the cause.
-use super::names::InvalidName;
+use api::names::zfs::InvalidName;
 use std::{io, path::PathBuf, time::Duration};
 
 /// An error from a ZFS operation.

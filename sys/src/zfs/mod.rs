@@ -40,13 +40,12 @@
 //! ```
 mod error;
 mod ffi;
-mod names;
 mod nodes;
 
-pub use error::Error;
-pub use names::{
+pub use api::names::zfs::{
     check_dataset_name, DatasetName, InvalidName, NameRule, SnapshotName, MAX_NAME_LEN,
 };
+pub use error::Error;
 
 use ffi::{cstring, Libzfs, Lzc, NvList, PoolProp, Prop, PropKind};
 use std::{
@@ -948,6 +947,11 @@ fn wrong_type(ds: &str, found: DatasetType) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_name_limit_is_the_one_libzfs_was_built_with() {
+        assert_eq!(MAX_NAME_LEN, zfs_sys::ZFS_MAX_DATASET_NAME_LEN as usize);
+    }
 
     #[test]
     fn releases_are_compared_not_packaging() {

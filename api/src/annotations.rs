@@ -1,5 +1,5 @@
-//! The values of the adoption annotations, checked by one set of pure
-//! functions that the agent and the CSI controller both use.
+//! The PVC annotations' values, checked by one set of pure functions that
+//! the agent and the CSI controller both use.
 //!
 //! - `pillar-csi.bhyoo.com/import-zvol`: a full ZFS dataset name
 //!   `<pool>[/<parent>]/<name>` ([`parse_import_zvol`]); the messages are the
@@ -10,10 +10,11 @@
 //!   default when absent) or `Managed`, case-sensitive ([`parse_import_lv_policy`]).
 //!
 //! Name rules are not repeated here: datasets are checked by
-//! [`crate::zfs::check_dataset_name`], VG and LV names by
-//! [`crate::lvm::check_name`] and UUIDs by [`crate::lvm::LvmUuid`].
-use crate::lvm::{LvName, LvmUuid, VgName};
-use crate::zfs::{check_dataset_name, DatasetName, NameRule};
+//! [`crate::names::zfs::check_dataset_name`], VG and LV names by
+//! [`crate::names::lvm::check_name`] and UUIDs by
+//! [`crate::names::lvm::LvmUuid`].
+use crate::names::lvm::{LvName, LvmUuid, VgName};
+use crate::names::zfs::{check_dataset_name, DatasetName, NameRule};
 use std::fmt;
 
 /// The annotation naming a zvol to import.

@@ -9,7 +9,7 @@ use std::fmt;
 
 /// ZFS's limit on a full dataset or snapshot name, the NUL included
 /// (`ZFS_MAX_DATASET_NAME_LEN`): a name has at most `MAX_NAME_LEN - 1` bytes.
-pub const MAX_NAME_LEN: usize = zfs_sys::ZFS_MAX_DATASET_NAME_LEN as usize;
+pub const MAX_NAME_LEN: usize = 256;
 
 /// Which rule a dataset or snapshot name broke.
 #[derive(Debug, Clone, PartialEq, Eq)]

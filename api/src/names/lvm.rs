@@ -62,7 +62,7 @@ const LV_RESERVED_PARTS: [&str; 17] = [
 /// (a PVC annotation, a Helm value) before it reaches LVM.
 ///
 /// ```
-/// use sys::lvm::{check_name, NameKind, NameRule};
+/// use api::names::lvm::{check_name, NameKind, NameRule};
 /// assert_eq!(check_name(NameKind::Lv, "pvc-1234"), Ok(()));
 /// assert_eq!(check_name(NameKind::Lv, "-y"), Err(NameRule::LeadingHyphen));
 /// assert_eq!(check_name(NameKind::Lv, "a_tmeta"), Err(NameRule::ReservedPart("_tmeta")));

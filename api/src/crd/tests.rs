@@ -1,0 +1,128 @@
+use super::*;
+
+#[test]
+fn every_crd_is_cluster_scoped_kept_and_named_by_plural_and_group() {
+    let all = crds();
+    let names: Vec<String> = all.iter().map(file_name).collect();
+    assert_eq!(
+        names,
+        [
+            "pillaragents.pillar-csi.bhyoo.com.yaml",
+            "pillarstores.pillar-csi.bhyoo.com.yaml",
+            "pillarprotocols.pillar-csi.bhyoo.com.yaml",
+            "pillarstorageclasses.pillar-csi.bhyoo.com.yaml",
+            "pillarvolumestates.pillar-csi.bhyoo.com.yaml",
+            "pillarvolumereservations.pillar-csi.bhyoo.com.yaml",
+        ]
+    );
+    for crd in &all {
+        assert_eq!(crd.spec.scope, "Cluster");
+        assert_eq!(crd.spec.group, GROUP);
+        assert_eq!(crd.spec.versions.len(), 1);
+        assert_eq!(crd.spec.versions[0].name, VERSION);
+        let keep = crd.metadata.annotations.as_ref().unwrap();
+        assert_eq!(keep.get(HELM_KEEP.0).map(String::as_str), Some("keep"));
+    }
+}
+
+#[test]
+fn the_volume_state_has_its_short_name_and_status_subresource() {
+    let crd = PillarVolumeState::crd();
+    assert_eq!(
+        crd.spec.names.short_names.as_deref(),
+        Some(&["pvst".to_owned()][..])
+    );
+    let v = &crd.spec.versions[0];
+    assert!(v.subresources.as_ref().unwrap().status.is_some());
+    let cols: Vec<&str> = v
+        .additional_printer_columns
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.json_path.as_str())
+        .collect();
+    assert!(cols.contains(&".status.phase"), "{cols:?}");
+}
+
+#[test]
+fn spec_field_names_are_those_the_spec_reads_with_jq() {
+    let state = PillarVolumeState::new(
+        "pvc-1",
+        PillarVolumeStateSpec {
+            volume_id: "storage-1/nvmeof-tcp/lvm-lv/data-vg/legacy".into(),
+            agent_volume_id: "data-vg/legacy".into(),
+            agent_ref: "storage-1".into(),
+            backend_type: crate::tokens::Backend::LvmLv,
+            protocol_type: crate::tokens::Protocol::NvmeofTcp,
+            capacity_bytes: 1 << 30,
+            claim_ref: Some(ClaimRef {
+                uid: "u".into(),
+                namespace: "db".into(),
+                name: "data-legacy".into(),
+            }),
+            imported_from: None,
+            lvm_source: Some(LvmSource {
+                volume_group: "data-vg".into(),
+                logical_volume: "legacy".into(),
+                volume_group_uuid: "a".into(),
+                logical_volume_uuid: "b".into(),
+                preserve_original: true,
+            }),
+            resolved: None,
+            export_spec: None,
+            recovery: None,
+        },
+    );
+    let json = serde_json::to_value(&state).unwrap();
+    let spec = &json["spec"];
+    assert_eq!(
+        spec["volumeID"],
+        "storage-1/nvmeof-tcp/lvm-lv/data-vg/legacy"
+    );
+    assert_eq!(spec["agentVolumeID"], "data-vg/legacy");
+    assert_eq!(spec["agentRef"], "storage-1");
+    assert_eq!(spec["backendType"], "lvm-lv");
+    assert_eq!(spec["protocolType"], "nvmeof-tcp");
+    assert_eq!(spec["claimRef"]["namespace"], "db");
+    assert_eq!(spec["lvmSource"]["logicalVolumeUUID"], "b");
+    assert_eq!(spec["lvmSource"]["volumeGroupUUID"], "a");
+    assert_eq!(spec["lvmSource"]["preserveOriginal"], true);
+    assert_eq!(json["apiVersion"], "pillar-csi.bhyoo.com/v1alpha1");
+}
+
+#[test]
+fn the_spec_examples_of_upgrade_md_parse() {
+    let store: PillarStore = serde_yaml::from_str(
+        "apiVersion: pillar-csi.bhyoo.com/v1alpha1\nkind: PillarStore\nmetadata: {name: storage-1-hot}\nspec:\n  agentRef: storage-1\n  backend:\n    zfs:\n      pool: tank\n      parentDataset: k8s\n",
+    )
+    .unwrap();
+    let zfs = store.spec.backend.zfs.unwrap();
+    assert_eq!(
+        (zfs.pool.as_str(), zfs.parent_dataset.as_deref()),
+        ("tank", Some("k8s"))
+    );
+    let proto: PillarProtocol = serde_yaml::from_str(
+        "apiVersion: pillar-csi.bhyoo.com/v1alpha1\nkind: PillarProtocol\nmetadata: {name: nvmeof-default}\nspec:\n  protocol:\n    nvmeofTcp:\n      port: 4420\n      acl: true\n",
+    )
+    .unwrap();
+    assert_eq!(proto.spec.protocol.nvmeof_tcp.unwrap().port, 4420);
+    let class: PillarStorageClass = serde_yaml::from_str(
+        "apiVersion: pillar-csi.bhyoo.com/v1alpha1\nkind: PillarStorageClass\nmetadata: {name: hot}\nspec:\n  storeRef: storage-1-hot\n  protocolRef: nvmeof-default\n  storageClass:\n    name: pillar-hot\n  filesystem:\n    fsType: xfs\n",
+    )
+    .unwrap();
+    assert_eq!(class.spec.storage_class.name, "pillar-hot");
+    assert_eq!(class.spec.filesystem.unwrap().fs_type, FsType::Xfs);
+}
+
+#[test]
+fn schemas_use_no_cel_rules() {
+    for crd in crds() {
+        let yaml = to_yaml(&crd).unwrap();
+        assert!(
+            !yaml.contains("x-kubernetes-validations"),
+            "{}",
+            file_name(&crd)
+        );
+        assert!(yaml.starts_with("# Generated from the Rust types"));
+    }
+}

@@ -1,0 +1,277 @@
+//! Agent volume IDs and the CSI volume handle.
+//!
+//! - An agent volume ID names a volume on one agent: the zvol's dataset
+//!   `<pool>[/<parentDataset>]/<name>`, or the LV's `<vg>/<lv>`
+//!   ([`AgentVolumeId`]).
+//! - The volume handle, what CSI calls the volume ID and the PV carries in
+//!   `spec.csi.volumeHandle`, is `<agent>/<protocol>/<backend>/<agent volume
+//!   ID>`, e.g. `storage-1/nvmeof-tcp/lvm-lv/data-vg/legacy`
+//!   ([`VolumeHandle`]). The first three parts contain no `/`; the rest is
+//!   the agent volume ID, checked by the backend's name rules.
+
+use crate::names::{lvm, zfs};
+use crate::tokens::{Backend, Protocol};
+use std::fmt;
+
+/// A volume's name on its agent, checked by its backend's rules.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AgentVolumeId {
+    /// A zvol: a dataset below a pool.
+    Zvol(zfs::DatasetName),
+    /// A logical volume of a volume group.
+    Lv {
+        /// The volume group.
+        vg: lvm::VgName,
+        /// The logical volume.
+        lv: lvm::LvName,
+    },
+}
+
+/// A volume handle or agent volume ID that cannot be parsed; the message
+/// names the value and the part at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} {value:?}: {reason}")]
+pub struct InvalidHandle {
+    /// `volume handle` or `agent volume ID`.
+    pub what: &'static str,
+    /// The rejected text.
+    pub value: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl AgentVolumeId {
+    /// Parses `value` as a volume of `backend`.
+    pub fn parse(backend: Backend, value: &str) -> Result<Self, InvalidHandle> {
+        let bad = |reason: String| InvalidHandle {
+            what: "agent volume ID",
+            value: value.to_owned(),
+            reason,
+        };
+        match backend {
+            Backend::ZfsZvol => zfs::DatasetName::below_pool(value)
+                .map(AgentVolumeId::Zvol)
+                .map_err(|e| bad(e.to_string())),
+            Backend::LvmLv => {
+                let (vg, lv) = value
+                    .split_once('/')
+                    .ok_or_else(|| bad("expected <vg>/<lv>".into()))?;
+                Ok(AgentVolumeId::Lv {
+                    vg: lvm::VgName::new(vg).map_err(|e| bad(e.to_string()))?,
+                    lv: lvm::LvName::new(lv).map_err(|e| bad(e.to_string()))?,
+                })
+            }
+        }
+    }
+
+    /// The backend this ID belongs to.
+    pub fn backend(&self) -> Backend {
+        match self {
+            AgentVolumeId::Zvol(_) => Backend::ZfsZvol,
+            AgentVolumeId::Lv { .. } => Backend::LvmLv,
+        }
+    }
+
+    /// The pool (zvol) or volume group (LV) that holds the volume: what the
+    /// agent's GetCapacity and backend entries are keyed by.
+    pub fn pool(&self) -> &str {
+        match self {
+            AgentVolumeId::Zvol(ds) => ds.pool(),
+            AgentVolumeId::Lv { vg, .. } => vg.as_str(),
+        }
+    }
+}
+
+impl fmt::Display for AgentVolumeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AgentVolumeId::Zvol(ds) => write!(f, "{ds}"),
+            AgentVolumeId::Lv { vg, lv } => write!(f, "{vg}/{lv}"),
+        }
+    }
+}
+
+/// The most bytes of a PillarAgent name (a Kubernetes DNS subdomain).
+pub const MAX_AGENT_NAME_LEN: usize = 253;
+
+/// Checks a PillarAgent name: a DNS subdomain (RFC 1123: lower-case
+/// letters, digits, `-` and `.`, starting and ending with a letter or digit).
+pub fn check_agent_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the agent name is empty".into());
+    }
+    if name.len() > MAX_AGENT_NAME_LEN {
+        return Err(format!(
+            "the agent name has {} bytes, at most {MAX_AGENT_NAME_LEN} are allowed",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.')))
+    {
+        return Err(format!("the agent name contains {c:?}"));
+    }
+    let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if !edge_ok(name.chars().next()) || !edge_ok(name.chars().last()) {
+        return Err("the agent name must start and end with a letter or digit".into());
+    }
+    Ok(())
+}
+
+/// The CSI volume handle `<agent>/<protocol>/<backend>/<agent volume ID>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct VolumeHandle {
+    agent: String,
+    protocol: Protocol,
+    volume: AgentVolumeId,
+}
+
+impl VolumeHandle {
+    /// Builds a handle, checking the agent name.
+    pub fn new(
+        agent: &str,
+        protocol: Protocol,
+        volume: AgentVolumeId,
+    ) -> Result<Self, InvalidHandle> {
+        let handle = VolumeHandle {
+            agent: agent.to_owned(),
+            protocol,
+            volume,
+        };
+        check_agent_name(agent).map_err(|reason| InvalidHandle {
+            what: "volume handle",
+            value: handle.to_string(),
+            reason,
+        })?;
+        Ok(handle)
+    }
+
+    /// Parses what [`VolumeHandle`]'s `Display` wrote.
+    pub fn parse(value: &str) -> Result<Self, InvalidHandle> {
+        let bad = |reason: String| InvalidHandle {
+            what: "volume handle",
+            value: value.to_owned(),
+            reason,
+        };
+        let mut parts = value.splitn(4, '/');
+        let (Some(agent), Some(protocol), Some(backend), Some(id)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad(
+                "expected <agent>/<protocol>/<backend>/<agent volume ID>".into(),
+            ));
+        };
+        check_agent_name(agent).map_err(bad)?;
+        let protocol = Protocol::parse(protocol).ok_or_else(|| {
+            bad(format!(
+                "unknown protocol {protocol:?} (expected \"nvmeof-tcp\" or \"iscsi\")"
+            ))
+        })?;
+        let backend = Backend::parse(backend).ok_or_else(|| {
+            bad(format!(
+                "unknown backend {backend:?} (expected \"zfs-zvol\" or \"lvm-lv\")"
+            ))
+        })?;
+        let volume = AgentVolumeId::parse(backend, id).map_err(|e| bad(e.to_string()))?;
+        Ok(VolumeHandle {
+            agent: agent.to_owned(),
+            protocol,
+            volume,
+        })
+    }
+
+    /// The PillarAgent's name.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// How nodes reach the volume.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The backend holding the volume.
+    pub fn backend(&self) -> Backend {
+        self.volume.backend()
+    }
+
+    /// The volume's name on its agent.
+    pub fn volume(&self) -> &AgentVolumeId {
+        &self.volume
+    }
+}
+
+impl fmt::Display for VolumeHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}/{}",
+            self.agent,
+            self.protocol,
+            self.volume.backend(),
+            self.volume
+        )
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spec_example_round_trips() {
+        let text = "storage-1/nvmeof-tcp/lvm-lv/data-vg/legacy";
+        let h = VolumeHandle::parse(text).unwrap();
+        assert_eq!(h.agent(), "storage-1");
+        assert_eq!(h.protocol(), Protocol::NvmeofTcp);
+        assert_eq!(h.backend(), Backend::LvmLv);
+        assert_eq!(h.volume().pool(), "data-vg");
+        assert_eq!(h.volume().to_string(), "data-vg/legacy");
+        assert_eq!(h.to_string(), text);
+    }
+
+    #[test]
+    fn a_zvol_handle_keeps_every_dataset_level() {
+        let text = "storage-1.lab/iscsi/zfs-zvol/hot-data/k8s/pvc-0d52";
+        let h = VolumeHandle::parse(text).unwrap();
+        assert_eq!(h.volume().pool(), "hot-data");
+        assert_eq!(h.volume().to_string(), "hot-data/k8s/pvc-0d52");
+        assert_eq!(h.to_string(), text);
+        let built = VolumeHandle::new(
+            "storage-1.lab",
+            Protocol::Iscsi,
+            AgentVolumeId::parse(Backend::ZfsZvol, "hot-data/k8s/pvc-0d52").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(built, h);
+    }
+
+    #[test]
+    fn bad_handles_are_refused_naming_the_part() {
+        let cases = [
+            ("storage-1/nvmeof-tcp/lvm-lv", "expected <agent>"),
+            ("Storage/nvmeof-tcp/lvm-lv/vg/lv", "contains 'S'"),
+            ("/nvmeof-tcp/lvm-lv/vg/lv", "agent name is empty"),
+            ("s1/nvme/lvm-lv/vg/lv", "unknown protocol \"nvme\""),
+            ("s1/iscsi/lvm/vg/lv", "unknown backend \"lvm\""),
+            ("s1/iscsi/lvm-lv/vg", "expected <vg>/<lv>"),
+            ("s1/iscsi/lvm-lv/vg/a/b", "invalid LV name \"a/b\""),
+            ("s1/iscsi/zfs-zvol/tank", "tank"),
+            ("s1/iscsi/zfs-zvol/tank/x@snap", "invalid character '@'"),
+        ];
+        for (value, reason) in cases {
+            let e = VolumeHandle::parse(value).unwrap_err();
+            assert_eq!(e.what, "volume handle");
+            assert!(e.to_string().contains(reason), "{value}: {e}");
+        }
+        let e = VolumeHandle::new(
+            "-s1",
+            Protocol::Iscsi,
+            AgentVolumeId::parse(Backend::LvmLv, "vg/lv").unwrap(),
+        )
+        .unwrap_err();
+        assert!(e.reason.contains("start and end"), "{e}");
+    }
+}
