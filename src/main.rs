@@ -3,6 +3,8 @@ use clap::{Args, Parser, Subcommand};
 use pillar_csi_agent::{config::AgentConfig, server};
 use std::{net::IpAddr, net::SocketAddr, path::PathBuf, process::ExitCode};
 
+mod crds;
+
 #[derive(Parser)]
 #[command(
     name = "pillar-csi",
@@ -18,6 +20,8 @@ struct Cli {
 enum Command {
     /// Run the storage-node agent (gRPC, port 9500).
     Agent(Box<AgentArgs>),
+    /// Write the CRD YAML (one file per CRD) generated from the types.
+    Crds(crds::CrdsArgs),
     /// Print the version and the commit this binary was built from.
     Version,
 }
@@ -127,6 +131,13 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Crds(args) => match crds::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("pillar-csi crds: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Agent(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(

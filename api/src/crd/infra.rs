@@ -26,6 +26,7 @@ fn default_true() -> bool {
     group = "pillar-csi.bhyoo.com",
     version = "v1alpha1",
     kind = "PillarAgent",
+    doc = "How the controller reaches one storage-node agent; Ready from its HealthCheck.",
     plural = "pillaragents",
     status = "AgentStatus",
     printcolumn(name = "Address", type_ = "string", json_path = ".spec.address"),
@@ -83,6 +84,7 @@ pub struct ReadyStatus {
     group = "pillar-csi.bhyoo.com",
     version = "v1alpha1",
     kind = "PillarStore",
+    doc = "A ZFS pool or LVM volume group of one agent, where volumes are created.",
     plural = "pillarstores",
     status = "ReadyStatus",
     printcolumn(name = "Agent", type_ = "string", json_path = ".spec.agentRef"),
@@ -152,6 +154,7 @@ pub struct LvmBackend {
     group = "pillar-csi.bhyoo.com",
     version = "v1alpha1",
     kind = "PillarProtocol",
+    doc = "How the volumes of a class are exported: NVMe/TCP or iSCSI.",
     plural = "pillarprotocols",
     status = "ReadyStatus",
     printcolumn(
@@ -226,6 +229,7 @@ pub struct IscsiProtocol {
     group = "pillar-csi.bhyoo.com",
     version = "v1alpha1",
     kind = "PillarStorageClass",
+    doc = "A store, a protocol and a filesystem; generates and owns a StorageClass.",
     plural = "pillarstorageclasses",
     status = "ReadyStatus",
     printcolumn(

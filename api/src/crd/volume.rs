@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
     group = "pillar-csi.bhyoo.com",
     version = "v1alpha1",
     kind = "PillarVolumeState",
+    doc = "The controller's record of one volume; its UID and status.publicationGeneration fence every agent call.",
     plural = "pillarvolumestates",
     shortname = "pvst",
     status = "PillarVolumeStateStatus",
@@ -229,6 +230,7 @@ pub enum VolumePhase {
     group = "pillar-csi.bhyoo.com",
     version = "v1alpha1",
     kind = "PillarVolumeReservation",
+    doc = "An imported zvol or adopted LV reserved for one claim; never released automatically.",
     plural = "pillarvolumereservations",
     printcolumn(name = "Agent", type_ = "string", json_path = ".spec.agentRef"),
     printcolumn(
