@@ -6,8 +6,12 @@
 //! helpers here are the other side of the wire and the independent witnesses:
 //! the kernel NVMe/TCP initiator, the open-iscsi initiator, the storage CLIs (tests only; product code
 //! uses the libraries), and data patterns written and read back.
+//!
+//! [`apiserver`] is the exception that runs on the host: a real
+//! kube-apiserver with etcd for the controller's tests.
 
 pub mod agent;
+pub mod apiserver;
 pub mod block;
 pub mod cmd;
 pub mod env;
