@@ -1,7 +1,8 @@
 //! Agent volume IDs and the CSI volume handle.
 //!
-//! - An agent volume ID names a volume on one agent: the zvol's dataset
-//!   `<pool>[/<parentDataset>]/<name>`, or the LV's `<vg>/<lv>`
+//! - An agent volume ID names a volume on one agent: `<pool>/<name>` for a
+//!   zvol (the agent places it under the pool's parentDataset:
+//!   `<pool>[/<parentDataset>]/<name>`), `<vg>/<lv>` for an LV
 //!   ([`AgentVolumeId`]).
 //! - The volume handle, what CSI calls the volume ID and the PV carries in
 //!   `spec.csi.volumeHandle`, is `<agent>/<protocol>/<backend>/<agent volume
@@ -16,7 +17,7 @@ use std::fmt;
 /// A volume's name on its agent, checked by its backend's rules.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum AgentVolumeId {
-    /// A zvol: a dataset below a pool.
+    /// A zvol: `<pool>/<name>`, both ZFS name components.
     Zvol(zfs::DatasetName),
     /// A logical volume of a volume group.
     Lv {
@@ -49,9 +50,13 @@ impl AgentVolumeId {
             reason,
         };
         match backend {
-            Backend::ZfsZvol => zfs::DatasetName::below_pool(value)
-                .map(AgentVolumeId::Zvol)
-                .map_err(|e| bad(e.to_string())),
+            Backend::ZfsZvol => {
+                let ds = zfs::DatasetName::below_pool(value).map_err(|e| bad(e.to_string()))?;
+                if value.matches('/').count() != 1 {
+                    return Err(bad("expected <pool>/<name>".into()));
+                }
+                Ok(AgentVolumeId::Zvol(ds))
+            }
             Backend::LvmLv => {
                 let (vg, lv) = value
                     .split_once('/')
@@ -233,16 +238,16 @@ mod tests {
     }
 
     #[test]
-    fn a_zvol_handle_keeps_every_dataset_level() {
-        let text = "storage-1.lab/iscsi/zfs-zvol/hot-data/k8s/pvc-0d52";
+    fn a_zvol_handle_names_pool_and_zvol() {
+        let text = "storage-1.lab/iscsi/zfs-zvol/hot-data/pvc-0d52";
         let h = VolumeHandle::parse(text).unwrap();
         assert_eq!(h.volume().pool(), "hot-data");
-        assert_eq!(h.volume().to_string(), "hot-data/k8s/pvc-0d52");
+        assert_eq!(h.volume().to_string(), "hot-data/pvc-0d52");
         assert_eq!(h.to_string(), text);
         let built = VolumeHandle::new(
             "storage-1.lab",
             Protocol::Iscsi,
-            AgentVolumeId::parse(Backend::ZfsZvol, "hot-data/k8s/pvc-0d52").unwrap(),
+            AgentVolumeId::parse(Backend::ZfsZvol, "hot-data/pvc-0d52").unwrap(),
         )
         .unwrap();
         assert_eq!(built, h);
@@ -259,6 +264,7 @@ mod tests {
             ("s1/iscsi/lvm-lv/vg", "expected <vg>/<lv>"),
             ("s1/iscsi/lvm-lv/vg/a/b", "invalid LV name \"a/b\""),
             ("s1/iscsi/zfs-zvol/tank", "tank"),
+            ("s1/iscsi/zfs-zvol/tank/k8s/x", "expected <pool>/<name>"),
             ("s1/iscsi/zfs-zvol/tank/x@snap", "invalid character '@'"),
         ];
         for (value, reason) in cases {

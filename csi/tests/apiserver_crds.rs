@@ -4,55 +4,15 @@
 //! shows.
 use api::crd::*;
 use api::tokens::{Backend, Protocol};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use pillar_csi_lab::apiserver::ApiServer;
-use std::path::Path;
-use std::time::Duration;
 
 type Result<T = ()> = pillar_csi_lab::Result<T>;
 
-fn chart_crds() -> Result<Vec<CustomResourceDefinition>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/pillar-csi/files/crds");
-    let mut crds = Vec::new();
-    for entry in std::fs::read_dir(&dir)? {
-        let path = entry?.path();
-        crds.push(serde_yaml::from_str(&std::fs::read_to_string(&path)?)?);
-    }
-    Ok(crds)
-}
-
-/// Applies the chart's CRD files and waits until each is Established.
-async fn install_crds(client: &kube::Client) -> Result {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crds = chart_crds()?;
-    assert_eq!(crds.len(), 6);
-    for crd in &crds {
-        let name = crd.metadata.name.clone().ok_or("a CRD without a name")?;
-        api.patch(
-            &name,
-            &PatchParams::apply("pillar-csi-test"),
-            &Patch::Apply(crd),
-        )
-        .await?;
-    }
-    for crd in &crds {
-        let name = crd.metadata.name.clone().ok_or("a CRD without a name")?;
-        let mut established = false;
-        for _ in 0..100 {
-            let got = api.get(&name).await?;
-            let conds = got.status.and_then(|s| s.conditions).unwrap_or_default();
-            if conds
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-            {
-                established = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(established, "{name} not Established after 10 s");
-    }
+/// Installs the chart's CRDs, checking there are six.
+async fn install_crds(server: &ApiServer) -> Result {
+    let names = server.install_chart_crds().await?;
+    assert_eq!(names.len(), 6, "{names:?}");
     Ok(())
 }
 
@@ -93,7 +53,7 @@ fn volume_state(name: &str) -> PillarVolumeState {
 async fn the_chart_crds_serve_every_kind_on_a_real_api_server() -> Result {
     let server = ApiServer::start()?;
     let client = server.client().await?;
-    install_crds(&client).await?;
+    install_crds(&server).await?;
     let pp = PostParams::default();
 
     let agents: Api<PillarAgent> = Api::all(client.clone());
@@ -317,8 +277,7 @@ async fn the_chart_crds_serve_every_kind_on_a_real_api_server() -> Result {
 #[tokio::test]
 async fn the_schemas_refuse_bad_values_and_change_nothing() -> Result {
     let server = ApiServer::start()?;
-    let client = server.client().await?;
-    install_crds(&client).await?;
+    install_crds(&server).await?;
     let raw = |body: &str| -> Result<String> {
         let path = server.dir().join("bad.yaml");
         std::fs::write(&path, body)?;

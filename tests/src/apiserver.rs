@@ -5,6 +5,8 @@
 //! It runs on the host, not in the kernel lab: nothing here needs a kernel
 //! feature, and the server under TCG would be 10-30x slower.
 use crate::Result;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -100,6 +102,56 @@ impl ApiServer {
             .into());
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Applies the chart's CRD files (`charts/pillar-csi/files/crds`) and
+    /// waits until each is Established; returns their names.
+    pub async fn install_chart_crds(&self) -> Result<Vec<String>> {
+        let client = self.client().await?;
+        let api: Api<CustomResourceDefinition> = Api::all(client);
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/pillar-csi/files/crds");
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let crd: CustomResourceDefinition =
+                serde_yaml::from_str(&std::fs::read_to_string(&path)?)?;
+            let name = crd
+                .metadata
+                .name
+                .clone()
+                .ok_or_else(|| format!("{}: a CRD without a name", path.display()))?;
+            api.patch(
+                &name,
+                &PatchParams::apply("pillar-csi-test"),
+                &Patch::Apply(&crd),
+            )
+            .await?;
+            names.push(name);
+        }
+        for name in &names {
+            let mut established = false;
+            for _ in 0..100 {
+                let conds = api
+                    .get(name)
+                    .await?
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default();
+                if conds
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                {
+                    established = true;
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            if !established {
+                return Err(format!("CRD {name} not Established after 10 s").into());
+            }
+        }
+        names.sort();
+        Ok(names)
     }
 
     /// The last lines of the server's log, for a failing test's message.

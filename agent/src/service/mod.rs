@@ -267,7 +267,9 @@ impl Agent {
 mod adoption_tests;
 #[cfg(test)]
 mod holes_tests;
-#[cfg(test)]
-mod sim;
+/// The simulated backend and exporter, for tests of this crate and of the
+/// layers above it (feature `sim`).
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 #[cfg(test)]
 mod tests;

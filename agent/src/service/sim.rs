@@ -1,5 +1,6 @@
-//! A simulated backend and exporter for the service's unit tests: fencing,
-//! idempotency, locking and failure handling without the kernel. The same
+//! A simulated backend (one zvol pool, `tank`) and NVMe/TCP exporter: the
+//! service's unit tests (fencing, idempotency, locking and failure handling
+//! without the kernel) and the CSI controller's API-server tests use it. The same
 //! behaviour against the real kernel, ZFS and LVM is proven by the lab tests.
 use super::*;
 use crate::{
@@ -15,17 +16,21 @@ use std::{
     sync::Mutex,
 };
 
+/// A zvol backend of one pool, `tank`, whose volumes are sizes in a map.
 #[derive(Default)]
-pub(super) struct SimBackend {
+pub struct SimBackend {
     /// Refuse the next create as bad input, as a real backend refuses a bad property.
-    pub(super) fail_next: std::sync::atomic::AtomicBool,
+    pub fail_next: std::sync::atomic::AtomicBool,
     /// Make the next create's volume, then fail (as a report after lvcreate can).
-    pub(super) fail_after_create: std::sync::atomic::AtomicBool,
-    pub(super) volumes: Mutex<BTreeMap<String, u64>>,
-    pub(super) created: Mutex<u32>,
-    pub(super) destroyed: Mutex<u32>,
+    pub fail_after_create: std::sync::atomic::AtomicBool,
+    /// Each volume's size, by its backend record.
+    pub volumes: Mutex<BTreeMap<String, u64>>,
+    /// How many volumes were created.
+    pub created: Mutex<u32>,
+    /// How many volumes were destroyed.
+    pub destroyed: Mutex<u32>,
     /// The device an import reports (default: the simulated `/dev/zd0`).
-    pub(super) import_device: Mutex<Option<PathBuf>>,
+    pub import_device: Mutex<Option<PathBuf>>,
 }
 
 impl Backend for SimBackend {
@@ -159,14 +164,16 @@ impl Backend for SimBackend {
     }
 }
 
+/// An NVMe/TCP exporter whose exports are records in a map.
 #[derive(Default)]
-pub(super) struct SimExporter {
-    pub(super) exports: Mutex<BTreeMap<String, ExportRecord>>,
+pub struct SimExporter {
+    /// Each export's record, by volume ID.
+    pub exports: Mutex<BTreeMap<String, ExportRecord>>,
     /// How long each export takes (a slow configfs apply or device wait).
-    pub(super) delay_ms: std::sync::atomic::AtomicU64,
+    pub delay_ms: std::sync::atomic::AtomicU64,
     /// Fail the next export halfway: the export exists, then an error (a
     /// port link refused with EADDRNOTAVAIL after the namespace was enabled).
-    pub(super) fail_halfway: std::sync::atomic::AtomicBool,
+    pub fail_halfway: std::sync::atomic::AtomicBool,
 }
 
 impl Exporter for SimExporter {
@@ -215,14 +222,20 @@ impl Exporter for SimExporter {
     }
 }
 
-pub(super) struct Fixture {
-    pub(super) agent: Arc<Agent>,
-    pub(super) backend: Arc<SimBackend>,
-    pub(super) exporter: Arc<SimExporter>,
-    pub(super) _dir: tempfile::TempDir,
+/// An agent over the simulator, with its fence marks in a temporary folder.
+pub struct Fixture {
+    /// The agent.
+    pub agent: Arc<Agent>,
+    /// Its backend.
+    pub backend: Arc<SimBackend>,
+    /// Its exporter.
+    pub exporter: Arc<SimExporter>,
+    /// The marks' folder, removed on drop.
+    pub _dir: tempfile::TempDir,
 }
 
-pub(super) fn fixture() -> Fixture {
+/// A fresh agent over the simulator.
+pub fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let backend = Arc::new(SimBackend::default());
     let exporter = Arc::new(SimExporter::default());
@@ -240,16 +253,19 @@ pub(super) fn fixture() -> Fixture {
     }
 }
 
-pub(super) fn tok(uid: &str, generation: u64) -> Option<Token> {
+/// A fence token.
+pub fn tok(uid: &str, generation: u64) -> Option<Token> {
     Some(Token {
         volume_uid: uid.into(),
         generation,
     })
 }
 
-pub(super) const HOST: &str = "nqn.2026-01.org.example:host";
+/// A host NQN.
+pub const HOST: &str = "nqn.2026-01.org.example:host";
 
-pub(super) fn acl() -> ExportRecord {
+/// An export record admitting [`HOST`] only.
+pub fn acl() -> ExportRecord {
     ExportRecord {
         acl: true,
         allowed_initiators: [HOST.to_owned()].into(),

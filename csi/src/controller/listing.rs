@@ -1,0 +1,104 @@
+//! ListVolumes and GetCapacity.
+use super::error::{Error, Result};
+use super::resolve::{self, backend_of, pool_of};
+use super::{backend_type, Controller};
+use api::crd::{PillarAgent, PillarStore};
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use pillar_csi_proto::agent::v1 as agent;
+use pillar_csi_proto::csi::v1 as csi;
+
+impl Controller {
+    /// ListVolumes, paged by position in the name-sorted list of records.
+    pub async fn list(&self, req: csi::ListVolumesRequest) -> Result<csi::ListVolumesResponse> {
+        let start: usize = if req.starting_token.is_empty() {
+            0
+        } else {
+            req.starting_token.parse().map_err(|_| {
+                Error::Aborted(format!(
+                    "starting token {:?} is not one this controller issued",
+                    req.starting_token
+                ))
+            })?
+        };
+        let states = self.states.list().await?;
+        if start > states.len() {
+            return Err(Error::Aborted(format!(
+                "starting token {start} is past the {} volumes",
+                states.len()
+            )));
+        }
+        let max = match usize::try_from(req.max_entries) {
+            Ok(0) | Err(_) => usize::MAX,
+            Ok(n) => n,
+        };
+        let page: Vec<_> = states.iter().skip(start).take(max).collect();
+        let next = start + page.len();
+        let entries = page
+            .into_iter()
+            .map(|s| csi::list_volumes_response::Entry {
+                volume: Some(csi::Volume {
+                    capacity_bytes: s.spec.capacity_bytes as i64,
+                    volume_id: s.spec.volume_id.clone(),
+                    ..Default::default()
+                }),
+                status: Some(csi::list_volumes_response::VolumeStatus {
+                    published_node_ids: s
+                        .status
+                        .as_ref()
+                        .map(|st| {
+                            st.published_nodes
+                                .iter()
+                                .map(|n| n.node_id.clone())
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    volume_condition: None,
+                }),
+            })
+            .collect();
+        Ok(csi::ListVolumesResponse {
+            entries,
+            next_token: if next < states.len() {
+                next.to_string()
+            } else {
+                String::new()
+            },
+        })
+    }
+
+    async fn store_capacity(&self, store: &PillarStore, agent: &PillarAgent) -> Result<u64> {
+        let backend = backend_of(&store.name_any(), &store.spec.backend)?;
+        let mut client = self.agents.client(agent)?;
+        let answer = client
+            .client
+            .get_capacity(agent::GetCapacityRequest {
+                backend_type: backend_type(backend),
+                pool: pool_of(&store.spec.backend).unwrap_or_default(),
+            })
+            .await
+            .map_err(client.fail())?
+            .into_inner();
+        Ok(answer.available_bytes)
+    }
+
+    /// GetCapacity: the available bytes of the class's store; without a
+    /// class, the sum over every PillarStore.
+    pub async fn capacity(&self, req: csi::GetCapacityRequest) -> Result<u64> {
+        if req.parameters.contains_key(resolve::CLASS_PARAMETER) {
+            let class = resolve::class_name(&req.parameters)?;
+            let place = resolve::placement(&self.client, class).await?;
+            return self.store_capacity(&place.store, &place.agent).await;
+        }
+        let stores = Api::<PillarStore>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(Error::kube("list PillarStores"))?;
+        let mut total = 0u64;
+        for store in &stores.items {
+            let agent = self.agent_named(&store.spec.agent_ref).await?;
+            total = total.saturating_add(self.store_capacity(store, &agent).await?);
+        }
+        Ok(total)
+    }
+}

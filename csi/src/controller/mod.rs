@@ -1,0 +1,237 @@
+//! The CSI Controller service: volumes are recorded as PillarVolumeState
+//! objects in the Kubernetes API and made by storage-node agents over gRPC
+//! with mTLS.
+//!
+//! - [`volumes`]: CreateVolume, DeleteVolume, ControllerExpandVolume,
+//!   ValidateVolumeCapabilities;
+//! - [`publish`]: ControllerPublishVolume / ControllerUnpublishVolume;
+//! - [`listing`]: ListVolumes, GetCapacity;
+//! - [`capabilities`]: what the controller offers and accepts;
+//! - [`resolve`]: PillarStorageClass → PillarStore → PillarAgent, PillarProtocol;
+//! - [`state`]: the PillarVolumeState store and the fence token;
+//! - [`agents`]: channels to agents; [`error`]: the one mapping to gRPC codes;
+//! - [`server`]: serving it on a unix socket.
+
+pub mod agents;
+pub mod capabilities;
+pub mod error;
+pub mod listing;
+pub mod publish;
+pub mod resolve;
+pub mod server;
+pub mod state;
+pub mod volumes;
+
+use agents::Agents;
+use api::crd::{PillarAgent, PillarVolumeState, VolumePhase};
+use api::tokens::{Backend, Protocol};
+use error::{Error, Result};
+use kube::api::Api;
+use pillar_csi_proto::agent::v1 as agent;
+use pillar_csi_proto::csi::v1 as csi;
+use state::States;
+use tonic::{Request, Response, Status};
+
+/// The Controller service.
+pub struct Controller {
+    client: kube::Client,
+    states: States,
+    agents: Agents,
+}
+
+/// The agent's enum for a backend token.
+pub fn backend_type(backend: Backend) -> i32 {
+    match backend {
+        Backend::ZfsZvol => agent::BackendType::ZfsZvol as i32,
+        Backend::LvmLv => agent::BackendType::Lvm as i32,
+    }
+}
+
+/// The agent's enum for a protocol token.
+pub fn protocol_type(protocol: Protocol) -> i32 {
+    match protocol {
+        Protocol::NvmeofTcp => agent::ProtocolType::NvmeofTcp as i32,
+        Protocol::Iscsi => agent::ProtocolType::Iscsi as i32,
+    }
+}
+
+impl Controller {
+    /// A controller using `client` for the API and `agents` for storage nodes.
+    pub fn new(client: kube::Client, agents: Agents) -> Self {
+        Controller {
+            states: States::new(client.clone()),
+            client,
+            agents,
+        }
+    }
+
+    /// The PillarAgent named `name`.
+    async fn agent_named(&self, name: &str) -> Result<PillarAgent> {
+        Api::<PillarAgent>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(Error::kube(format!("read PillarAgent {name:?}")))?
+            .ok_or_else(|| Error::Unavailable(format!("PillarAgent {name:?} does not exist")))
+    }
+
+    /// The PillarAgent holding a volume.
+    async fn agent_of(&self, state: &PillarVolumeState) -> Result<PillarAgent> {
+        self.agent_named(&state.spec.agent_ref).await
+    }
+
+    /// The record of a volume that exists, is Ready and is not being deleted;
+    /// `action` names the refused operation.
+    async fn ready_state(&self, volume_id: &str, action: &str) -> Result<PillarVolumeState> {
+        let state = self
+            .states
+            .by_handle(volume_id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("volume {volume_id} does not exist")))?;
+        let status = state.status.clone().unwrap_or_default();
+        if status.deleting == Some(true) {
+            return Err(Error::FailedPrecondition(format!(
+                "cannot {action} volume {volume_id}: it is being deleted"
+            )));
+        }
+        if status.phase != Some(VolumePhase::Ready) {
+            let phase = status
+                .phase
+                .map(|p| format!("{p:?}"))
+                .unwrap_or_else(|| "Pending".into());
+            return Err(Error::FailedPrecondition(format!(
+                "cannot {action} volume {volume_id}: it is {phase}, not Ready"
+            )));
+        }
+        Ok(state)
+    }
+}
+
+fn unimplemented<T>(what: &str) -> Result<Response<T>, Status> {
+    Err(Status::unimplemented(format!("{what} is not supported")))
+}
+
+#[tonic::async_trait]
+impl csi::controller_server::Controller for Controller {
+    async fn create_volume(
+        &self,
+        request: Request<csi::CreateVolumeRequest>,
+    ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
+        let volume = self.provision(request.into_inner()).await?;
+        Ok(Response::new(csi::CreateVolumeResponse {
+            volume: Some(volume),
+        }))
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<csi::DeleteVolumeRequest>,
+    ) -> Result<Response<csi::DeleteVolumeResponse>, Status> {
+        self.remove(&request.into_inner().volume_id).await?;
+        Ok(Response::new(csi::DeleteVolumeResponse {}))
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        request: Request<csi::ControllerPublishVolumeRequest>,
+    ) -> Result<Response<csi::ControllerPublishVolumeResponse>, Status> {
+        let publish_context = self.publish(request.into_inner()).await?;
+        Ok(Response::new(csi::ControllerPublishVolumeResponse {
+            publish_context,
+        }))
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<csi::ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<csi::ControllerUnpublishVolumeResponse>, Status> {
+        self.unpublish(request.into_inner()).await?;
+        Ok(Response::new(csi::ControllerUnpublishVolumeResponse {}))
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        request: Request<csi::ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<csi::ValidateVolumeCapabilitiesResponse>, Status> {
+        Ok(Response::new(self.validate(request.into_inner()).await?))
+    }
+
+    async fn list_volumes(
+        &self,
+        request: Request<csi::ListVolumesRequest>,
+    ) -> Result<Response<csi::ListVolumesResponse>, Status> {
+        Ok(Response::new(self.list(request.into_inner()).await?))
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<csi::GetCapacityRequest>,
+    ) -> Result<Response<csi::GetCapacityResponse>, Status> {
+        let available = self.capacity(request.into_inner()).await?;
+        Ok(Response::new(csi::GetCapacityResponse {
+            available_capacity: i64::try_from(available).unwrap_or(i64::MAX),
+            ..Default::default()
+        }))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _: Request<csi::ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
+        Ok(Response::new(csi::ControllerGetCapabilitiesResponse {
+            capabilities: capabilities::controller_capabilities(),
+        }))
+    }
+
+    async fn create_snapshot(
+        &self,
+        _: Request<csi::CreateSnapshotRequest>,
+    ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
+        unimplemented("CreateSnapshot")
+    }
+
+    async fn delete_snapshot(
+        &self,
+        _: Request<csi::DeleteSnapshotRequest>,
+    ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
+        unimplemented("DeleteSnapshot")
+    }
+
+    async fn list_snapshots(
+        &self,
+        _: Request<csi::ListSnapshotsRequest>,
+    ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
+        unimplemented("ListSnapshots")
+    }
+
+    async fn get_snapshot(
+        &self,
+        _: Request<csi::GetSnapshotRequest>,
+    ) -> Result<Response<csi::GetSnapshotResponse>, Status> {
+        unimplemented("GetSnapshot")
+    }
+
+    async fn controller_expand_volume(
+        &self,
+        request: Request<csi::ControllerExpandVolumeRequest>,
+    ) -> Result<Response<csi::ControllerExpandVolumeResponse>, Status> {
+        let (capacity, node_expansion_required) = self.expand(request.into_inner()).await?;
+        Ok(Response::new(csi::ControllerExpandVolumeResponse {
+            capacity_bytes: capacity as i64,
+            node_expansion_required,
+        }))
+    }
+
+    async fn controller_get_volume(
+        &self,
+        _: Request<csi::ControllerGetVolumeRequest>,
+    ) -> Result<Response<csi::ControllerGetVolumeResponse>, Status> {
+        unimplemented("ControllerGetVolume")
+    }
+
+    async fn controller_modify_volume(
+        &self,
+        _: Request<csi::ControllerModifyVolumeRequest>,
+    ) -> Result<Response<csi::ControllerModifyVolumeResponse>, Status> {
+        unimplemented("ControllerModifyVolume")
+    }
+}

@@ -1,0 +1,252 @@
+//! ControllerPublishVolume and ControllerUnpublishVolume.
+//!
+//! A publication change first raises `status.publicationGeneration` (a
+//! compare-and-swap on the record's resourceVersion), then calls the agent
+//! with the raised fence token, so a controller holding an older view is
+//! refused by the agent. The node stays listed until the agent has denied
+//! it, so a retried Unpublish still reaches the agent.
+use super::capabilities::{check, single_node};
+use super::error::{Error, Result};
+use super::state::{fence, generation};
+use super::{backend_type, protocol_type, Controller};
+use crate::node_id::NodeId;
+use crate::publish_context::PublishContext;
+use api::crd::{PillarVolumeState, PillarVolumeStateStatus, PublishedNode};
+use api::tokens::Protocol;
+use pillar_csi_proto::agent::v1 as agent;
+use pillar_csi_proto::csi::v1 as csi;
+use pillar_csi_proto::csi::v1::volume_capability::access_mode::Mode;
+use std::collections::HashMap;
+
+fn initiator(node: &NodeId, protocol: Protocol) -> String {
+    match protocol {
+        Protocol::NvmeofTcp => node.host_nqn().to_owned(),
+        Protocol::Iscsi => node.initiator_iqn().to_owned(),
+    }
+}
+
+/// The initiators of every node in `nodes` (skipping IDs that no longer parse).
+fn initiators(nodes: &[PublishedNode], protocol: Protocol) -> Vec<String> {
+    nodes
+        .iter()
+        .filter_map(|n| NodeId::parse(&n.node_id).ok())
+        .map(|n| initiator(&n, protocol))
+        .collect()
+}
+
+impl Controller {
+    /// ControllerPublishVolume: returns the publish context.
+    pub async fn publish(
+        &self,
+        req: csi::ControllerPublishVolumeRequest,
+    ) -> Result<HashMap<String, String>> {
+        if req.volume_id.is_empty() {
+            return Err(Error::InvalidArgument("the volume ID is missing".into()));
+        }
+        if req.node_id.is_empty() {
+            return Err(Error::InvalidArgument("the node ID is missing".into()));
+        }
+        let cap = req
+            .volume_capability
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("the volume capability is missing".into()))?;
+        check(cap).map_err(Error::InvalidArgument)?;
+        let mode = cap
+            .access_mode
+            .as_ref()
+            .map(|m| Mode::try_from(m.mode).unwrap_or(Mode::Unknown))
+            .unwrap_or(Mode::Unknown);
+        let state = self.ready_state(&req.volume_id, "publish").await?;
+        let node = NodeId::parse(&req.node_id)
+            .map_err(|e| Error::NotFound(format!("node {:?}: {e}", req.node_id)))?;
+        let status = state.status.clone().unwrap_or_default();
+        let state = if status
+            .published_nodes
+            .iter()
+            .any(|n| n.node_id == req.node_id)
+        {
+            state
+        } else {
+            if single_node(mode) {
+                if let Some(other) = status.published_nodes.first() {
+                    return Err(Error::FailedPrecondition(format!(
+                        "cannot publish volume {} to node {}: it is published to node {} and its access mode allows one node",
+                        req.volume_id,
+                        node.name(),
+                        NodeId::parse(&other.node_id)
+                            .map(|n| n.name().to_owned())
+                            .unwrap_or_else(|_| other.node_id.clone())
+                    )));
+                }
+            }
+            let next = generation(&state) + 1;
+            let mut nodes = status.published_nodes.clone();
+            nodes.push(PublishedNode {
+                node_id: req.node_id.clone(),
+                generation: next,
+            });
+            self.states
+                .set_status(
+                    &state,
+                    PillarVolumeStateStatus {
+                        publication_generation: Some(next),
+                        published_nodes: nodes,
+                        ..status
+                    },
+                )
+                .await?
+        };
+        self.export(&state).await
+    }
+
+    /// Exports the volume to every node its record lists, under the
+    /// record's present fence token, and returns the publish context.
+    async fn export(&self, state: &PillarVolumeState) -> Result<HashMap<String, String>> {
+        let protocol = state.spec.protocol_type;
+        let nodes = state
+            .status
+            .as_ref()
+            .map(|s| s.published_nodes.clone())
+            .unwrap_or_default();
+        let allowed = initiators(&nodes, protocol);
+        let acl = state
+            .spec
+            .export_spec
+            .as_ref()
+            .is_none_or(|e| e.acl_enabled);
+        let state = self
+            .states
+            .patch_spec(
+                state,
+                serde_json::json!({"exportSpec": {"aclEnabled": acl, "allowedInitiators": allowed}}),
+            )
+            .await?;
+        let token = fence(&state, generation(&state));
+        let agent = self.agent_of(&state).await?;
+        let mut client = self.agents.client(&agent)?;
+        let volume = state.spec.agent_volume_id.clone();
+        let exported = client
+            .client
+            .export_volume(agent::ExportVolumeRequest {
+                volume_id: volume.clone(),
+                backend_type: backend_type(state.spec.backend_type),
+                protocol_type: protocol_type(protocol),
+                fence: Some(token.clone()),
+                acl_enabled: acl,
+                allowed_initiators: allowed.clone(),
+            })
+            .await
+            .map_err(client.fail())?
+            .into_inner();
+        if acl {
+            for initiator in &allowed {
+                client
+                    .client
+                    .allow_initiator(agent::AllowInitiatorRequest {
+                        volume_id: volume.clone(),
+                        protocol_type: protocol_type(protocol),
+                        initiator_id: initiator.clone(),
+                        fence: Some(token.clone()),
+                    })
+                    .await
+                    .map_err(client.fail())?;
+            }
+        }
+        let address = exported.address.parse().map_err(|e| Error::Agent {
+            agent: client.name.clone(),
+            status: tonic::Status::internal(format!(
+                "ExportVolume answered address {:?}: {e}",
+                exported.address
+            )),
+        })?;
+        Ok(PublishContext {
+            protocol,
+            address,
+            port: u16::try_from(exported.port).unwrap_or(0),
+            target: exported.target_id,
+            lun: exported.lun,
+            chap: None,
+        }
+        .to_map())
+    }
+
+    /// ControllerUnpublishVolume.
+    pub async fn unpublish(&self, req: csi::ControllerUnpublishVolumeRequest) -> Result<()> {
+        if req.volume_id.is_empty() {
+            return Err(Error::InvalidArgument("the volume ID is missing".into()));
+        }
+        let Some(state) = self.states.by_handle(&req.volume_id).await? else {
+            return Ok(());
+        };
+        let status = state.status.clone().unwrap_or_default();
+        // An empty node ID means every node (CSI).
+        let leaving: Vec<PublishedNode> = status
+            .published_nodes
+            .iter()
+            .filter(|n| req.node_id.is_empty() || n.node_id == req.node_id)
+            .cloned()
+            .collect();
+        if leaving.is_empty() {
+            return Ok(());
+        }
+        let next = generation(&state) + 1;
+        let state = self
+            .states
+            .set_status(
+                &state,
+                PillarVolumeStateStatus {
+                    publication_generation: Some(next),
+                    ..status.clone()
+                },
+            )
+            .await?;
+        let protocol = state.spec.protocol_type;
+        let agent = self.agent_of(&state).await?;
+        let mut client = self.agents.client(&agent)?;
+        let remaining: Vec<PublishedNode> = status
+            .published_nodes
+            .iter()
+            .filter(|n| !leaving.contains(n))
+            .cloned()
+            .collect();
+        let staying = initiators(&remaining, protocol);
+        for gone in initiators(&leaving, protocol) {
+            if staying.contains(&gone) {
+                continue;
+            }
+            client
+                .client
+                .deny_initiator(agent::DenyInitiatorRequest {
+                    volume_id: state.spec.agent_volume_id.clone(),
+                    protocol_type: protocol_type(protocol),
+                    initiator_id: gone,
+                    fence: Some(fence(&state, next)),
+                })
+                .await
+                .map_err(client.fail())?;
+        }
+        let acl = state
+            .spec
+            .export_spec
+            .as_ref()
+            .is_none_or(|e| e.acl_enabled);
+        let state = self
+            .states
+            .patch_spec(
+                &state,
+                serde_json::json!({"exportSpec": {"aclEnabled": acl, "allowedInitiators": staying}}),
+            )
+            .await?;
+        let status = state.status.clone().unwrap_or_default();
+        self.states
+            .set_status(
+                &state,
+                PillarVolumeStateStatus {
+                    published_nodes: remaining,
+                    ..status
+                },
+            )
+            .await?;
+        Ok(())
+    }
+}

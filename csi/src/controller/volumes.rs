@@ -1,0 +1,366 @@
+//! CreateVolume, DeleteVolume, ControllerExpandVolume and
+//! ValidateVolumeCapabilities.
+//!
+//! CreateVolume writes the PillarVolumeState first; its UID (and the
+//! publication generation, 0 for a new record) is the fence token of the
+//! agent call, so a controller that restarts mid-way converges on the same
+//! agent lifecycle. A record is removed only after the agent answered.
+use super::capabilities::check_all;
+use super::error::{Error, Result};
+use super::resolve::{self, acl_of, protocol_of, volume_in};
+use super::state::{fence, generation};
+use super::{backend_type, Controller};
+use api::crd::{
+    ClaimRef, ExportSpec, PillarVolumeState, PillarVolumeStateSpec, PillarVolumeStateStatus,
+    Resolved, VolumePhase,
+};
+use api::handle::VolumeHandle;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::Api;
+use kube::ResourceExt;
+use pillar_csi_proto::agent::v1 as agent;
+use pillar_csi_proto::csi::v1 as csi;
+use std::collections::HashMap;
+
+/// The size of a volume whose request names none: 1 GiB.
+pub const DEFAULT_BYTES: u64 = 1 << 30;
+/// The parameters the external-provisioner adds with `--extra-create-metadata`.
+pub const PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
+/// See [`PVC_NAME`].
+pub const PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
+
+fn requested_bytes(range: Option<&csi::CapacityRange>) -> Result<u64> {
+    let (required, limit) = range.map_or((0, 0), |r| (r.required_bytes, r.limit_bytes));
+    if required < 0 || limit < 0 {
+        return Err(Error::InvalidArgument(
+            "capacity_range bytes must not be negative".into(),
+        ));
+    }
+    if limit > 0 && required > limit {
+        return Err(Error::InvalidArgument(format!(
+            "capacity_range: required_bytes {required} exceeds limit_bytes {limit}"
+        )));
+    }
+    Ok(match (required, limit) {
+        (0, 0) => DEFAULT_BYTES,
+        (0, l) => (l as u64).min(DEFAULT_BYTES),
+        (r, _) => r as u64,
+    })
+}
+
+impl Controller {
+    async fn claim_ref(&self, parameters: &HashMap<String, String>) -> Result<Option<ClaimRef>> {
+        let (Some(name), Some(namespace)) =
+            (parameters.get(PVC_NAME), parameters.get(PVC_NAMESPACE))
+        else {
+            return Ok(None);
+        };
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .map_err(Error::kube(format!(
+                "read PersistentVolumeClaim {namespace}/{name}"
+            )))?
+            .ok_or_else(|| {
+                Error::FailedPrecondition(format!(
+                    "PersistentVolumeClaim {namespace}/{name} does not exist"
+                ))
+            })?;
+        Ok(Some(ClaimRef {
+            uid: pvc.metadata.uid.unwrap_or_default(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+        }))
+    }
+
+    /// CreateVolume.
+    pub async fn provision(&self, req: csi::CreateVolumeRequest) -> Result<csi::Volume> {
+        if req.name.is_empty() {
+            return Err(Error::InvalidArgument("the volume name is missing".into()));
+        }
+        check_all(&req.volume_capabilities).map_err(Error::InvalidArgument)?;
+        if req.volume_content_source.is_some() {
+            return Err(Error::InvalidArgument(
+                "volume content sources (snapshots, clones) are not supported".into(),
+            ));
+        }
+        let bytes = requested_bytes(req.capacity_range.as_ref())?;
+        let class = resolve::class_name(&req.parameters)?;
+        let place = resolve::placement(&self.client, class).await?;
+        let store_name = place.store.name_any();
+        let id = volume_in(&store_name, &place.store.spec.backend, &req.name)?;
+        let protocol = protocol_of(&place.protocol.name_any(), &place.protocol.spec.protocol)?;
+        let handle = VolumeHandle::new(&place.agent.name_any(), protocol, id.clone())
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+
+        let state = match self.states.get(&req.name).await? {
+            Some(existing) => existing,
+            None => {
+                let mut record = PillarVolumeState::new(
+                    &req.name,
+                    PillarVolumeStateSpec {
+                        volume_id: handle.to_string(),
+                        agent_volume_id: id.to_string(),
+                        agent_ref: place.agent.name_any(),
+                        backend_type: id.backend(),
+                        protocol_type: protocol,
+                        capacity_bytes: bytes,
+                        claim_ref: self.claim_ref(&req.parameters).await?,
+                        imported_from: None,
+                        lvm_source: None,
+                        resolved: Some(Resolved {
+                            storage_class_ref: place.class.name_any(),
+                            store_ref: store_name.clone(),
+                            protocol_ref: place.protocol.name_any(),
+                            backend: place.store.spec.backend.clone(),
+                            protocol: place.protocol.spec.protocol.clone(),
+                            filesystem: place.class.spec.filesystem.clone(),
+                        }),
+                        export_spec: Some(ExportSpec {
+                            acl_enabled: acl_of(&place.protocol.spec.protocol),
+                            allowed_initiators: Vec::new(),
+                        }),
+                        recovery: None,
+                    },
+                );
+                record.metadata.labels = None;
+                self.states.create(&record).await?
+            }
+        };
+        if state.spec.volume_id != handle.to_string() {
+            return Err(Error::AlreadyExists(format!(
+                "volume {:?} already exists as {} (requested {handle})",
+                req.name, state.spec.volume_id
+            )));
+        }
+        if state.status.as_ref().and_then(|s| s.phase) == Some(VolumePhase::Ready)
+            && state.spec.capacity_bytes < bytes
+        {
+            return Err(Error::AlreadyExists(format!(
+                "volume {:?} already exists with {} bytes, smaller than the {bytes} requested",
+                req.name, state.spec.capacity_bytes
+            )));
+        }
+        if state.status.as_ref().and_then(|s| s.deleting) == Some(true) {
+            return Err(Error::Aborted(format!(
+                "volume {:?} is being deleted",
+                req.name
+            )));
+        }
+
+        let mut client = self.agents.client(&place.agent)?;
+        let created = client
+            .client
+            .create_volume(agent::CreateVolumeRequest {
+                volume_id: id.to_string(),
+                backend_type: backend_type(id.backend()),
+                capacity_bytes: bytes,
+                fence: Some(fence(&state, generation(&state))),
+                lvm_provisioning: match &place.store.spec.backend.lvm {
+                    Some(l) if l.thin_pool.is_some() => agent::LvmProvisioning::Thin as i32,
+                    Some(_) => agent::LvmProvisioning::Linear as i32,
+                    None => agent::LvmProvisioning::Unspecified as i32,
+                },
+                ..Default::default()
+            })
+            .await
+            .map_err(client.fail())?
+            .into_inner();
+
+        let state = if state.spec.capacity_bytes != created.capacity_bytes {
+            self.states
+                .patch_spec(
+                    &state,
+                    serde_json::json!({"capacityBytes": created.capacity_bytes}),
+                )
+                .await?
+        } else {
+            state
+        };
+        if state.status.as_ref().and_then(|s| s.phase) != Some(VolumePhase::Ready) {
+            let status = PillarVolumeStateStatus {
+                phase: Some(VolumePhase::Ready),
+                ..state.status.clone().unwrap_or_default()
+            };
+            self.states.set_status(&state, status).await?;
+        }
+        let mut context = HashMap::new();
+        if let Some(fs) = &place.class.spec.filesystem {
+            context.insert(
+                "fsType".to_owned(),
+                serde_json::to_value(fs.fs_type)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+            );
+        }
+        Ok(csi::Volume {
+            capacity_bytes: created.capacity_bytes as i64,
+            volume_id: handle.to_string(),
+            volume_context: context,
+            ..Default::default()
+        })
+    }
+
+    /// DeleteVolume: the agent deletes (or, for a PreserveOriginal LV,
+    /// releases) the volume, then the record goes.
+    pub async fn remove(&self, volume_id: &str) -> Result<()> {
+        if volume_id.is_empty() {
+            return Err(Error::InvalidArgument("the volume ID is missing".into()));
+        }
+        let Some(state) = self.states.by_handle(volume_id).await? else {
+            return Ok(());
+        };
+        let status = state.status.clone().unwrap_or_default();
+        if status.phase == Some(VolumePhase::RecoveryPending) {
+            return Err(Error::FailedPrecondition(format!(
+                "volume {volume_id} is RecoveryPending: it cannot be deleted"
+            )));
+        }
+        if let Some(node) = status.published_nodes.first() {
+            return Err(Error::FailedPrecondition(format!(
+                "volume {volume_id} is still published to node {}",
+                node.node_id
+            )));
+        }
+        let state = if status.deleting != Some(true) {
+            self.states
+                .set_status(
+                    &state,
+                    PillarVolumeStateStatus {
+                        deleting: Some(true),
+                        phase: Some(VolumePhase::Deleting),
+                        ..status
+                    },
+                )
+                .await?
+        } else {
+            state
+        };
+        let agent = self.agent_of(&state).await?;
+        let mut client = self.agents.client(&agent)?;
+        let token = Some(fence(&state, generation(&state)));
+        let backend = backend_type(state.spec.backend_type);
+        let volume = state.spec.agent_volume_id.clone();
+        if state
+            .spec
+            .lvm_source
+            .as_ref()
+            .is_some_and(|s| s.preserve_original)
+        {
+            client
+                .client
+                .release_volume(agent::ReleaseVolumeRequest {
+                    volume_id: volume,
+                    backend_type: backend,
+                    fence: token,
+                })
+                .await
+                .map_err(client.fail())?;
+        } else {
+            client
+                .client
+                .delete_volume(agent::DeleteVolumeRequest {
+                    volume_id: volume,
+                    backend_type: backend,
+                    fence: token,
+                })
+                .await
+                .map_err(client.fail())?;
+        }
+        self.states.delete(&state).await
+    }
+
+    /// ControllerExpandVolume: returns the new capacity.
+    pub async fn expand(&self, req: csi::ControllerExpandVolumeRequest) -> Result<(u64, bool)> {
+        if req.volume_id.is_empty() {
+            return Err(Error::InvalidArgument("the volume ID is missing".into()));
+        }
+        let bytes = requested_bytes(req.capacity_range.as_ref())?;
+        let state = self.ready_state(&req.volume_id, "expand").await?;
+        let agent = self.agent_of(&state).await?;
+        let mut client = self.agents.client(&agent)?;
+        let grown = client
+            .client
+            .expand_volume(agent::ExpandVolumeRequest {
+                volume_id: state.spec.agent_volume_id.clone(),
+                backend_type: backend_type(state.spec.backend_type),
+                requested_bytes: bytes,
+                fence: Some(fence(&state, generation(&state))),
+            })
+            .await
+            .map_err(client.fail())?
+            .into_inner();
+        if grown.capacity_bytes != state.spec.capacity_bytes {
+            self.states
+                .patch_spec(
+                    &state,
+                    serde_json::json!({"capacityBytes": grown.capacity_bytes}),
+                )
+                .await?;
+        }
+        let block = matches!(
+            req.volume_capability
+                .as_ref()
+                .and_then(|c| c.access_type.as_ref()),
+            Some(csi::volume_capability::AccessType::Block(_))
+        );
+        Ok((grown.capacity_bytes, !block))
+    }
+
+    /// ValidateVolumeCapabilities: confirms the capabilities when every one
+    /// is supported, otherwise says which is not.
+    pub async fn validate(
+        &self,
+        req: csi::ValidateVolumeCapabilitiesRequest,
+    ) -> Result<csi::ValidateVolumeCapabilitiesResponse> {
+        if req.volume_id.is_empty() {
+            return Err(Error::InvalidArgument("the volume ID is missing".into()));
+        }
+        if req.volume_capabilities.is_empty() {
+            return Err(Error::InvalidArgument(
+                "volume capabilities are missing".into(),
+            ));
+        }
+        if self.states.by_handle(&req.volume_id).await?.is_none() {
+            return Err(Error::NotFound(format!(
+                "volume {} does not exist",
+                req.volume_id
+            )));
+        }
+        Ok(match check_all(&req.volume_capabilities) {
+            Ok(()) => csi::ValidateVolumeCapabilitiesResponse {
+                confirmed: Some(csi::validate_volume_capabilities_response::Confirmed {
+                    volume_context: req.volume_context,
+                    volume_capabilities: req.volume_capabilities,
+                    parameters: req.parameters,
+                    mutable_parameters: req.mutable_parameters,
+                }),
+                message: String::new(),
+            },
+            Err(why) => csi::ValidateVolumeCapabilitiesResponse {
+                confirmed: None,
+                message: why,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_ranges_resolve_or_are_refused() {
+        assert_eq!(requested_bytes(None).ok(), Some(DEFAULT_BYTES));
+        let r = |required, limit| csi::CapacityRange {
+            required_bytes: required,
+            limit_bytes: limit,
+        };
+        assert_eq!(requested_bytes(Some(&r(5 << 20, 0))).ok(), Some(5 << 20));
+        assert_eq!(requested_bytes(Some(&r(0, 1 << 20))).ok(), Some(1 << 20));
+        let e = requested_bytes(Some(&r(2 << 20, 1 << 20))).err();
+        assert!(e.is_some_and(|e| e.to_string().contains("exceeds limit_bytes")));
+        assert!(requested_bytes(Some(&r(-1, 0))).is_err());
+    }
+}

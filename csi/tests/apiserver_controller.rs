@@ -1,0 +1,555 @@
+//! The Controller service against a real kube-apiserver 1.20 and an agent
+//! reached over a real mTLS socket: the in-process agent over its simulated
+//! backend (`pillar_csi_agent::service::sim`: one zvol pool `tank`, an
+//! NVMe/TCP exporter). The kernel adds nothing to the controller's
+//! bookkeeping; the kernel path is the agent's lab tests.
+use api::crd::*;
+use csi::controller::agents::{AgentTls, Agents};
+use csi::controller::Controller;
+use csi::node_id::NodeId;
+use csi::publish_context::PublishContext;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{Api, PostParams};
+use pillar_csi_agent::grpc::AgentGrpc;
+use pillar_csi_agent::service::sim;
+use pillar_csi_lab::apiserver::ApiServer;
+use pillar_csi_lab::tls::Ca;
+use pillar_csi_proto::agent::v1::agent_service_server::AgentServiceServer;
+use pillar_csi_proto::csi::v1 as pb;
+use pillar_csi_proto::csi::v1::controller_server::Controller as _;
+use pillar_csi_proto::csi::v1::volume_capability::{
+    access_mode::Mode, AccessMode, AccessType, MountVolume,
+};
+use std::collections::HashMap;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::{Code, Request};
+
+type Result<T = ()> = pillar_csi_lab::Result<T>;
+
+const NQN_A: &str = "nqn.2014-08.org.nvmexpress:uuid:0f6a8e4c-2b1d-4c55-9a4e-6c1f0e5d7a21";
+const NQN_B: &str = "nqn.2014-08.org.nvmexpress:uuid:1f6a8e4c-2b1d-4c55-9a4e-6c1f0e5d7a22";
+const IQN: &str = "iqn.1993-08.org.debian:01:5e2f9a1b7c3d";
+
+/// An API server with the CRDs, a simulated agent behind mTLS, and the
+/// objects of one class `hot` (store tank with parentDataset k8s, NVMe/TCP with ACLs).
+struct Bed {
+    server: ApiServer,
+    client: kube::Client,
+    fixture: sim::Fixture,
+    controller: Controller,
+    _certs: tempfile::TempDir,
+    _agent: tokio::task::JoinHandle<()>,
+}
+
+async fn bed() -> Result<Bed> {
+    let server = ApiServer::start()?;
+    server.install_chart_crds().await?;
+    let client = server.client().await?;
+
+    let certs = tempfile::tempdir()?;
+    let ca = Ca::new(certs.path(), "pillar-test-ca")?;
+    let agent_pem = ca.server("agent", "127.0.0.1".parse()?)?;
+    let controller_pem = ca.client("pillar-csi-controller")?;
+    let fixture = sim::fixture();
+    let tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(
+            std::fs::read(&agent_pem.cert)?,
+            std::fs::read(&agent_pem.key)?,
+        ))
+        .client_ca_root(Certificate::from_pem(std::fs::read(&ca.pem.cert)?));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let service = AgentServiceServer::new(AgentGrpc::new(fixture.agent.clone(), "sim"));
+    let router = Server::builder().tls_config(tls)?.add_service(service);
+    let agent_task = tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        if let Err(e) = router.serve_with_incoming(incoming).await {
+            eprintln!("simulated agent stopped: {e}");
+        }
+    });
+
+    let pp = PostParams::default();
+    Api::<PillarAgent>::all(client.clone())
+        .create(
+            &pp,
+            &PillarAgent::new(
+                "storage-1",
+                PillarAgentSpec {
+                    address: "127.0.0.1".into(),
+                    port,
+                    tls_server_name: None,
+                },
+            ),
+        )
+        .await?;
+    Api::<PillarStore>::all(client.clone())
+        .create(
+            &pp,
+            &PillarStore::new(
+                "storage-1-hot",
+                PillarStoreSpec {
+                    agent_ref: "storage-1".into(),
+                    backend: StoreBackend {
+                        zfs: Some(ZfsBackend {
+                            pool: "tank".into(),
+                            parent_dataset: Some("k8s".into()),
+                        }),
+                        lvm: None,
+                    },
+                },
+            ),
+        )
+        .await?;
+    Api::<PillarProtocol>::all(client.clone())
+        .create(
+            &pp,
+            &PillarProtocol::new(
+                "nvmeof-default",
+                PillarProtocolSpec {
+                    protocol: ProtocolConfig {
+                        nvmeof_tcp: Some(NvmeofTcpProtocol {
+                            port: 4420,
+                            acl: true,
+                        }),
+                        iscsi: None,
+                    },
+                },
+            ),
+        )
+        .await?;
+    Api::<PillarStorageClass>::all(client.clone())
+        .create(
+            &pp,
+            &PillarStorageClass::new(
+                "hot",
+                PillarStorageClassSpec {
+                    store_ref: "storage-1-hot".into(),
+                    protocol_ref: "nvmeof-default".into(),
+                    storage_class: StorageClassTemplate {
+                        name: "pillar-hot".into(),
+                        reclaim_policy: None,
+                        volume_binding_mode: None,
+                        allow_volume_expansion: None,
+                    },
+                    filesystem: Some(Filesystem {
+                        fs_type: FsType::Xfs,
+                    }),
+                },
+            ),
+        )
+        .await?;
+    let agents = Agents::new(Some(&AgentTls {
+        cert: controller_pem.cert.clone(),
+        key: controller_pem.key.clone(),
+        ca: ca.pem.cert.clone(),
+        server_name: None,
+    }))?;
+    let controller = Controller::new(client.clone(), agents);
+    Ok(Bed {
+        server,
+        client,
+        fixture,
+        controller,
+        _certs: certs,
+        _agent: agent_task,
+    })
+}
+
+fn mount_cap(mode: Mode) -> pb::VolumeCapability {
+    pb::VolumeCapability {
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: "xfs".into(),
+            ..Default::default()
+        })),
+    }
+}
+
+fn create_request(name: &str, bytes: i64, params: &[(&str, &str)]) -> pb::CreateVolumeRequest {
+    pb::CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(pb::CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![mount_cap(Mode::SingleNodeWriter)],
+        parameters: params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<HashMap<_, _>>(),
+        ..Default::default()
+    }
+}
+
+fn publish_request(volume: &str, node: &NodeId) -> pb::ControllerPublishVolumeRequest {
+    pb::ControllerPublishVolumeRequest {
+        volume_id: volume.into(),
+        node_id: node.to_string(),
+        volume_capability: Some(mount_cap(Mode::SingleNodeWriter)),
+        ..Default::default()
+    }
+}
+
+async fn state(bed: &Bed, name: &str) -> Result<Option<PillarVolumeState>> {
+    Ok(Api::<PillarVolumeState>::all(bed.client.clone())
+        .get_opt(name)
+        .await?)
+}
+
+fn exported_initiators(bed: &Bed, volume: &str) -> Vec<String> {
+    bed.fixture
+        .exporter
+        .exports
+        .lock()
+        .map(|e| {
+            e.get(volume)
+                .map(|r| r.allowed_initiators.iter().cloned().collect())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_volume_is_provisioned_published_unpublished_expanded_and_deleted() -> Result {
+    let bed = bed().await?;
+    bed.server.kubectl(&["create", "namespace", "db"])?;
+    let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-postgres-0", "namespace": "db"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+    }))?;
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(bed.client.clone(), "db")
+        .create(&PostParams::default(), &pvc)
+        .await?;
+    let uid = pvc.metadata.uid.clone().ok_or("PVC without UID")?;
+    let name = format!("pvc-{uid}");
+    let params = [
+        ("pillarStorageClass", "hot"),
+        ("csi.storage.k8s.io/pvc/name", "data-postgres-0"),
+        ("csi.storage.k8s.io/pvc/namespace", "db"),
+    ];
+
+    // CreateVolume: the record, then the agent's volume.
+    let created = bed
+        .controller
+        .create_volume(Request::new(create_request(&name, 64 << 20, &params)))
+        .await?
+        .into_inner()
+        .volume
+        .ok_or("no volume")?;
+    let handle = format!("storage-1/nvmeof-tcp/zfs-zvol/tank/{name}");
+    assert_eq!(created.volume_id, handle);
+    assert_eq!(created.capacity_bytes, 64 << 20);
+    assert_eq!(
+        created.volume_context.get("fsType").map(String::as_str),
+        Some("xfs")
+    );
+    let record = state(&bed, &name).await?.ok_or("no PillarVolumeState")?;
+    assert_eq!(record.spec.agent_volume_id, format!("tank/{name}"));
+    assert_eq!(
+        record.spec.claim_ref,
+        Some(ClaimRef {
+            uid: uid.clone(),
+            namespace: "db".into(),
+            name: "data-postgres-0".into()
+        })
+    );
+    assert_eq!(
+        record.status.as_ref().and_then(|s| s.phase),
+        Some(VolumePhase::Ready)
+    );
+    assert_eq!(
+        record.spec.resolved.as_ref().map(|r| r.store_ref.as_str()),
+        Some("storage-1-hot")
+    );
+    // Again: the same volume, no second create on the agent.
+    let again = bed
+        .controller
+        .create_volume(Request::new(create_request(&name, 64 << 20, &params)))
+        .await?
+        .into_inner()
+        .volume
+        .ok_or("no volume")?;
+    assert_eq!(again.volume_id, handle);
+    assert_eq!(
+        *bed.fixture.backend.created.lock().map_err(|_| "poison")?,
+        1
+    );
+    // The same name with more bytes than provisioned is another volume.
+    let e = bed
+        .controller
+        .create_volume(Request::new(create_request(&name, 128 << 20, &params)))
+        .await
+        .expect_err("a larger volume of the same name");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+
+    // Publish to node A: generation 1, A's NQN admitted, a publish context
+    // the node plugin can read.
+    let node_a = NodeId::new("worker-a", NQN_A, IQN)?;
+    let node_b = NodeId::new("worker-b", NQN_B, IQN)?;
+    let context = bed
+        .controller
+        .controller_publish_volume(Request::new(publish_request(&handle, &node_a)))
+        .await?
+        .into_inner()
+        .publish_context;
+    let context = PublishContext::from_map(&context)?;
+    assert_eq!(context.protocol, api::tokens::Protocol::NvmeofTcp);
+    assert_eq!(context.address.to_string(), "127.0.0.1");
+    assert_eq!((context.port, context.lun), (4420, 1));
+    assert_eq!(context.target, format!("tank/{name}"));
+    let agent_volume = format!("tank/{name}");
+    assert_eq!(exported_initiators(&bed, &agent_volume), [NQN_A]);
+    let record = state(&bed, &name).await?.ok_or("no record")?;
+    let status = record.status.clone().unwrap_or_default();
+    assert_eq!(status.publication_generation, Some(1));
+    assert_eq!(status.published_nodes.len(), 1);
+    assert_eq!(
+        record
+            .spec
+            .export_spec
+            .as_ref()
+            .map(|e| e.allowed_initiators.clone()),
+        Some(vec![NQN_A.to_owned()])
+    );
+
+    // A second node is refused while A holds the single-node volume, and
+    // nothing changes.
+    let e = bed
+        .controller
+        .controller_publish_volume(Request::new(publish_request(&handle, &node_b)))
+        .await
+        .expect_err("a second node");
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(
+        e.message().contains("published to node worker-a") && e.message().contains("worker-b"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(exported_initiators(&bed, &agent_volume), [NQN_A]);
+    // Publishing to A again is the same publication.
+    bed.controller
+        .controller_publish_volume(Request::new(publish_request(&handle, &node_a)))
+        .await?;
+    let status = state(&bed, &name)
+        .await?
+        .and_then(|s| s.status)
+        .unwrap_or_default();
+    assert_eq!(status.publication_generation, Some(1));
+
+    // Unpublish: generation 2, A's NQN gone from the export.
+    bed.controller
+        .controller_unpublish_volume(Request::new(pb::ControllerUnpublishVolumeRequest {
+            volume_id: handle.clone(),
+            node_id: node_a.to_string(),
+            ..Default::default()
+        }))
+        .await?;
+    let status = state(&bed, &name)
+        .await?
+        .and_then(|s| s.status)
+        .unwrap_or_default();
+    assert_eq!(status.publication_generation, Some(2));
+    assert!(status.published_nodes.is_empty());
+    assert!(exported_initiators(&bed, &agent_volume).is_empty());
+    // Now B may have it, under generation 3.
+    bed.controller
+        .controller_publish_volume(Request::new(publish_request(&handle, &node_b)))
+        .await?;
+    assert_eq!(exported_initiators(&bed, &agent_volume), [NQN_B]);
+    bed.controller
+        .controller_unpublish_volume(Request::new(pb::ControllerUnpublishVolumeRequest {
+            volume_id: handle.clone(),
+            node_id: node_b.to_string(),
+            ..Default::default()
+        }))
+        .await?;
+
+    // Expand, list, capacity.
+    let grown = bed
+        .controller
+        .controller_expand_volume(Request::new(pb::ControllerExpandVolumeRequest {
+            volume_id: handle.clone(),
+            capacity_range: Some(pb::CapacityRange {
+                required_bytes: 128 << 20,
+                limit_bytes: 0,
+            }),
+            volume_capability: Some(mount_cap(Mode::SingleNodeWriter)),
+            ..Default::default()
+        }))
+        .await?
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, 128 << 20);
+    assert!(grown.node_expansion_required);
+    let record = state(&bed, &name).await?.ok_or("no record")?;
+    assert_eq!(record.spec.capacity_bytes, 128 << 20);
+    let listed = bed
+        .controller
+        .list_volumes(Request::new(pb::ListVolumesRequest::default()))
+        .await?
+        .into_inner();
+    let ids: Vec<String> = listed
+        .entries
+        .iter()
+        .filter_map(|e| e.volume.as_ref().map(|v| v.volume_id.clone()))
+        .collect();
+    assert_eq!(ids, vec![handle.clone()]);
+    let capacity = bed
+        .controller
+        .get_capacity(Request::new(pb::GetCapacityRequest {
+            parameters: HashMap::from([("pillarStorageClass".to_owned(), "hot".to_owned())]),
+            ..Default::default()
+        }))
+        .await?
+        .into_inner();
+    // The simulated pool reports 50 bytes available.
+    assert_eq!(capacity.available_capacity, 50);
+
+    // Delete: the agent destroys the zvol, then the record goes; again is fine.
+    bed.controller
+        .delete_volume(Request::new(pb::DeleteVolumeRequest {
+            volume_id: handle.clone(),
+            ..Default::default()
+        }))
+        .await?;
+    assert!(state(&bed, &name).await?.is_none());
+    assert_eq!(
+        *bed.fixture.backend.destroyed.lock().map_err(|_| "poison")?,
+        1
+    );
+    bed.controller
+        .delete_volume(Request::new(pb::DeleteVolumeRequest {
+            volume_id: handle.clone(),
+            ..Default::default()
+        }))
+        .await?;
+    let e = bed
+        .controller
+        .controller_publish_volume(Request::new(publish_request(&handle, &node_a)))
+        .await
+        .expect_err("publish of a deleted volume");
+    assert_eq!(e.code(), Code::NotFound);
+    Ok(())
+}
+
+#[tokio::test]
+async fn refusals_name_what_is_wrong_and_the_record_comes_first() -> Result {
+    let bed = bed().await?;
+    let e = bed
+        .controller
+        .create_volume(Request::new(create_request("pvc-1", 1 << 20, &[])))
+        .await
+        .expect_err("no class");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.message().contains("\"pillarStorageClass\" is missing"),
+        "{}",
+        e.message()
+    );
+    let e = bed
+        .controller
+        .create_volume(Request::new(create_request(
+            "pvc-1",
+            1 << 20,
+            &[("pillarStorageClass", "cold")],
+        )))
+        .await
+        .expect_err("unknown class");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.message().contains("PillarStorageClass \"cold\"")
+            && e.message().contains("does not exist"),
+        "{}",
+        e.message()
+    );
+    let mut multi = create_request("pvc-1", 1 << 20, &[("pillarStorageClass", "hot")]);
+    multi.volume_capabilities = vec![mount_cap(Mode::MultiNodeMultiWriter)];
+    let e = bed
+        .controller
+        .create_volume(Request::new(multi))
+        .await
+        .expect_err("multi-node");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(
+        e.message().contains("MULTI_NODE_MULTI_WRITER"),
+        "{}",
+        e.message()
+    );
+    assert!(
+        state(&bed, "pvc-1").await?.is_none(),
+        "a refused request wrote a record"
+    );
+
+    // An agent that cannot be reached: UNAVAILABLE, and the record (written
+    // before the agent call) stays Pending for the retry.
+    bed.server.kubectl(&[
+        "patch",
+        "pillaragent",
+        "storage-1",
+        "--type=merge",
+        "-p",
+        "{\"spec\":{\"port\":1}}",
+    ])?;
+    let e = bed
+        .controller
+        .create_volume(Request::new(create_request(
+            "pvc-2",
+            1 << 20,
+            &[("pillarStorageClass", "hot")],
+        )))
+        .await
+        .expect_err("agent down");
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(
+        e.message().starts_with("agent storage-1:"),
+        "{}",
+        e.message()
+    );
+    let record = state(&bed, "pvc-2")
+        .await?
+        .ok_or("no record before the agent call")?;
+    assert_ne!(
+        record.status.and_then(|s| s.phase),
+        Some(VolumePhase::Ready)
+    );
+    assert_eq!(
+        *bed.fixture.backend.created.lock().map_err(|_| "poison")?,
+        0
+    );
+    // Publishing a volume that never became Ready is refused.
+    let node = NodeId::new("worker-a", NQN_A, IQN)?;
+    let e = bed
+        .controller
+        .controller_publish_volume(Request::new(publish_request(&record.spec.volume_id, &node)))
+        .await
+        .expect_err("not ready");
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(e.message().contains("not Ready"), "{}", e.message());
+
+    let v = bed
+        .controller
+        .validate_volume_capabilities(Request::new(pb::ValidateVolumeCapabilitiesRequest {
+            volume_id: record.spec.volume_id.clone(),
+            volume_capabilities: vec![mount_cap(Mode::MultiNodeReaderOnly)],
+            ..Default::default()
+        }))
+        .await?
+        .into_inner();
+    assert!(v.confirmed.is_none());
+    assert!(
+        v.message.contains("MULTI_NODE_READER_ONLY"),
+        "{}",
+        v.message
+    );
+    let e = bed
+        .controller
+        .validate_volume_capabilities(Request::new(pb::ValidateVolumeCapabilitiesRequest {
+            volume_id: "storage-1/iscsi/lvm-lv/vg/none".into(),
+            volume_capabilities: vec![mount_cap(Mode::SingleNodeWriter)],
+            ..Default::default()
+        }))
+        .await
+        .expect_err("unknown volume");
+    assert_eq!(e.code(), Code::NotFound);
+    Ok(())
+}
