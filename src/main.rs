@@ -3,6 +3,7 @@ use clap::{Args, Parser, Subcommand};
 use pillar_csi_agent::{config::AgentConfig, server};
 use std::{net::IpAddr, net::SocketAddr, path::PathBuf, process::ExitCode};
 
+mod controller_cmd;
 mod crds;
 
 #[derive(Parser)]
@@ -20,6 +21,8 @@ struct Cli {
 enum Command {
     /// Run the storage-node agent (gRPC, port 9500).
     Agent(Box<AgentArgs>),
+    /// Run the CSI Controller service.
+    Controller(Box<controller_cmd::ControllerArgs>),
     /// Write the CRD YAML (one file per CRD) generated from the types.
     Crds(crds::CrdsArgs),
     /// Print the version and the commit this binary was built from.
@@ -120,6 +123,15 @@ fn run_agent(args: AgentArgs) -> Result<(), String> {
     })
 }
 
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -131,6 +143,16 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Controller(args) => {
+            init_tracing();
+            match controller_cmd::run(*args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("pillar-csi controller: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Crds(args) => match crds::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -139,12 +161,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Agent(args) => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .init();
+            init_tracing();
             match run_agent(*args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
