@@ -28,7 +28,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## The libraries other Rust tools link (see the README's "Libraries").
-LIBS := pillar-csi-configfs pillar-csi-nvmet pillar-csi-lio pillar-csi-host pillar-csi-zfs-sys pillar-csi-lvm-sys
+LIBS := pillar-csi-api pillar-csi-configfs pillar-csi-nvmet pillar-csi-lio pillar-csi-host pillar-csi-zfs-sys pillar-csi-lvm-sys
 
 ## Their API docs, with warnings (broken links, missing docs) as errors.
 doc:
