@@ -103,4 +103,6 @@ if ! go_ok; then
 fi
 go_ok || { echo "deps: no go >= 1.23 on PATH after installing golang-go" >&2; exit 1; }
 (cd "$(dirname "$0")/../proto/csi/conformance" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download)
+# The chart tests' Python tools, in a pinned venv of their own.
+bash "$(dirname "$0")/chart-deps.sh"
 echo "deps: ready (kernel $(ls /lib/modules | sort -V | tail -n1))"
