@@ -88,6 +88,17 @@ def agent_config(objects: list[dict]) -> dict:
     return yaml.safe_load(one(objects, "ConfigMap", "pillar-csi-agent")["data"]["config.yaml"])
 
 
+def pillar_csi_binary() -> pathlib.Path:
+    """The built binary: the release build when there is one, else the debug
+    build (the same libraries, the same parser)."""
+    for profile in ("release", "debug"):
+        path = ROOT / "target" / profile / "pillar-csi"
+        if path.exists():
+            return path
+    raise AssertionError("no target/release/pillar-csi nor target/debug/pillar-csi: build it "
+                         "first (make chart does: cargo build --bin pillar-csi)")
+
+
 def crd_files() -> list[pathlib.Path]:
     return sorted(CRD_DIR.glob("*.yaml"))
 

@@ -8,17 +8,9 @@ import subprocess
 import pytest
 import yaml
 
-from chart import CASES, ROOT, agent_config, render
+from chart import CASES, agent_config, pillar_csi_binary, render
 
 REFUSED = "invalid agent configuration"
-
-
-def agent_binary() -> pathlib.Path:
-    for profile in ("release", "debug"):
-        path = ROOT / "target" / profile / "pillar-csi"
-        if path.exists():
-            return path
-    pytest.fail("no target/{release,debug}/pillar-csi: build it first")
 
 
 def run_agent(config: dict, tmp_path: pathlib.Path) -> str:
@@ -26,7 +18,7 @@ def run_agent(config: dict, tmp_path: pathlib.Path) -> str:
     where it could start, is stopped after a few seconds."""
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    args = [str(agent_binary()), "agent", "--config", str(path),
+    args = [str(pillar_csi_binary()), "agent", "--config", str(path),
             "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "state")]
     if "tls" in config:
         for flag in ("--tls-cert", "--tls-key", "--tls-client-ca"):

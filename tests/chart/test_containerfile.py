@@ -13,20 +13,10 @@ import subprocess
 
 import pytest
 
-from chart import ROOT
+from chart import ROOT, pillar_csi_binary
 
 CONTAINERFILE = ROOT / "Containerfile"
 NODE_TOOLS = {"mkfs.ext4": "e2fsprogs", "mkfs.xfs": "xfsprogs", "iscsiadm": "open-iscsi"}
-
-
-def binary() -> pathlib.Path:
-    """The release build when there is one, else the debug build (same links)."""
-    for profile in ("release", "debug"):
-        path = ROOT / "target" / profile / "pillar-csi"
-        if path.exists():
-            return path
-    pytest.fail("no target/release/pillar-csi nor target/debug/pillar-csi: build it first "
-                "(flock /tmp/pillar-cargo.lock cargo build --bin pillar-csi)")
 
 
 def runtime_packages() -> set[str]:
@@ -115,7 +105,7 @@ def needed(path: pathlib.Path) -> set[str]:
 
 
 def test_every_linked_library_comes_from_a_package_the_runtime_stage_installs():
-    libraries = ldd(binary())
+    libraries = ldd(pillar_csi_binary())
     assert libraries, "ldd listed no library"
     packages = runtime_packages()
     provided = closure(packages | base_image())
@@ -125,9 +115,9 @@ def test_every_linked_library_comes_from_a_package_the_runtime_stage_installs():
 
 
 def test_every_library_the_binary_names_is_listed_by_package():
-    libraries = ldd(binary())
+    libraries = ldd(pillar_csi_binary())
     listed = runtime_packages() | base_image()
-    unlisted = {lib: owner(libraries[lib]) for lib in needed(binary())
+    unlisted = {lib: owner(libraries[lib]) for lib in needed(pillar_csi_binary())
                 if lib in libraries and owner(libraries[lib]) not in listed}
     assert not unlisted, f"NEEDED libraries whose package the Containerfile does not name: {unlisted}"
 
@@ -142,5 +132,5 @@ def test_the_check_fails_when_a_library_package_is_dropped():
     """The check can fail: without liblvm2cmd2.03 in the list, liblvm2cmd is missing."""
     packages = runtime_packages() - {"liblvm2cmd2.03"}
     provided = closure(packages | base_image())
-    libraries = ldd(binary())
+    libraries = ldd(pillar_csi_binary())
     assert owner(libraries["liblvm2cmd.so.2.03"]) not in provided
