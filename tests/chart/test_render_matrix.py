@@ -1,7 +1,7 @@
 """The render matrix: every case renders and lints, and says what its values ask."""
 import pytest
 
-from chart import CASES, LVM, ZFS, agent_config, container, find, lint, one, render
+from chart import CASES, LVM, ZFS, agent_config, container, find, lint, notes, one, render
 
 CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
 
@@ -128,6 +128,18 @@ def test_agent_runs_on_storage_nodes_with_host_network_and_host_state():
     assert volumes["dev"]["hostPath"]["path"] == "/dev"
     assert container(agent, "agent")["ports"] == [
         {"name": "grpc", "containerPort": 9500, "protocol": "TCP"}]
+
+
+def test_notes_tell_what_to_create_next_and_warn_of_plaintext():
+    text = notes()
+    for kind in ("PillarAgent", "PillarStore", "PillarProtocol", "PillarStorageClass"):
+        assert kind in text
+    assert "kubectl label node <storage node> pillar-csi.bhyoo.com/storage-node=true" in text
+    assert "WARNING" not in text
+    assert "WARNING: mtls.insecurePlaintext is true" in notes(CASES["insecure-plaintext"])
+    assert "create Secrets pillar-agent-mtls and pillar-controller-mtls" in \
+        notes(CASES["cert-manager-off"])
+    assert "apply the pillar-csi.bhyoo.com CRDs yourself" in notes(CASES["install-crds-false"])
 
 
 def secret_volumes(workload: dict) -> list[str]:

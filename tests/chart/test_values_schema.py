@@ -6,6 +6,7 @@ import yaml
 from helm_python import HelmValuesError
 
 from chart import CHART, render
+from values_table import comments
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -49,19 +50,8 @@ def test_every_key_of_values_yaml_is_in_the_schema():
 def test_every_chart_key_of_values_yaml_carries_a_comment_above_it():
     """values.yaml is documented key by key. Keys inside a free-form Kubernetes
     object (a securityContext, a probe) or a list item belong to their parent."""
-    undocumented = []
-    stack: list[tuple[int, str]] = []
-    lines = (CHART / "values.yaml").read_text().splitlines()
-    for i, line in enumerate(lines):
-        stripped = line.strip()
-        if not stripped or stripped.startswith(("#", "-")) or ":" not in stripped:
-            continue
-        indent = len(line) - len(line.lstrip())
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        stack.append((indent, stripped.split(":", 1)[0]))
-        if is_chart_key([key for _, key in stack]) and not lines[i - 1].strip().startswith("#"):
-            undocumented.append("/".join(key for _, key in stack))
+    undocumented = [path for path, comment in comments().items()
+                    if is_chart_key(path.split(".")) and not comment]
     assert not undocumented, f"keys of values.yaml without a comment: {undocumented}"
 
 
