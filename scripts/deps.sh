@@ -103,6 +103,8 @@ if ! go_ok; then
 fi
 go_ok || { echo "deps: no go >= 1.23 on PATH after installing golang-go" >&2; exit 1; }
 (cd "$(dirname "$0")/../proto/csi/conformance" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download)
+# The real Kubernetes API server of the controller's and the chart's tests.
+bash "$(dirname "$0")/deps-apiserver.sh"
 # The chart tests' Python tools, in a pinned venv of their own.
 bash "$(dirname "$0")/chart-deps.sh"
 echo "deps: ready (kernel $(ls /lib/modules | sort -V | tail -n1))"
