@@ -4,54 +4,15 @@ run, the defaults are applied for real, the spec's kubectl commands find what
 they look for, and the ServiceAccounts get exactly the access the chart grants.
 cert-manager's kinds are left out: the lab server has no cert-manager CRDs."""
 import json
-import shutil
-import subprocess
 
 import pytest
 import yaml
 
-from chart import CASES, EXAMPLES, ROOT, crd_files, find, one, render
+from chart import CASES, EXAMPLES, crd_files, find, one, render
+from kube import can, kubectl
 
-APISERVER = ROOT / "scripts" / "apiserver.sh"
 CERT_MANAGER = "cert-manager.io/v1"
 CONTROLLER = "pillar-csi-controller"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    if not APISERVER.exists():
-        pytest.skip("waiting for scripts/apiserver.sh (the lead's, on main)")
-    if shutil.which("kube-apiserver") is None:
-        pytest.fail("kube-apiserver not on PATH: run `make deps`")
-    folder = tmp_path_factory.mktemp("apiserver")
-    subprocess.run(["bash", str(APISERVER), "start", str(folder)], check=True)
-    try:
-        yield folder
-    finally:
-        subprocess.run(["bash", str(APISERVER), "stop", str(folder)], check=True)
-
-
-def kubectl(server, *args, user=None, stdin=None, check=True) -> str:
-    config = server / ("kubeconfig" if user is None else f"kubeconfig-{user}")
-    result = subprocess.run(["kubectl", "--kubeconfig", str(config), *args],
-                            input=stdin, capture_output=True, text=True)
-    if check:
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-    return result.stdout + result.stderr if not check else result.stdout
-
-
-def can(server, user, verb, resource, namespace="pillar-csi") -> bool:
-    """The server's answer to `user` asking "may I?" (a SelfSubjectAccessReview;
-    `resource` is `plural[.group][/subresource]`, no discovery needed)."""
-    qualified, _, subresource = resource.partition("/")
-    plural, _, group = qualified.partition(".")
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-              "spec": {"resourceAttributes": {
-                  "verb": verb, "group": group, "resource": plural,
-                  "subresource": subresource, "namespace": namespace}}}
-    answer = kubectl(server, "create", "-f", "-", "-o", "json", user=user,
-                     stdin=json.dumps(review))
-    return json.loads(answer)["status"]["allowed"]
 
 
 def manifests(values=None) -> list[dict]:
