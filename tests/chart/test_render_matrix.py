@@ -109,9 +109,14 @@ def test_node_plugin_mounts_what_attach_and_mount_need():
     assert mounts["/var/lib/kubelet"]["mountPropagation"] == "Bidirectional"
     for path in ("/dev", "/sys", "/etc/nvme", "/etc/iscsi", "/csi"):
         assert path in mounts, path
+    # The node plugin writes a missing hostnqn or initiatorname, and iscsiadm its records.
+    assert not mounts["/etc/nvme"].get("readOnly") and not mounts["/etc/iscsi"].get("readOnly")
     assert plugin["args"][:4] == ["node", "--endpoint=unix:///csi/csi.sock",
                                   "--node-name=$(NODE_NAME)",
                                   "--state-dir=/var/lib/pillar-csi/node"]
+    assert "--iscsi" not in plugin["args"]
+    with_iscsi = one(render({"node": {"iscsi": True}}), "DaemonSet", "pillar-csi-node")
+    assert "--iscsi" in container(with_iscsi, "node")["args"]
     registrar = container(node, "node-driver-registrar")
     assert ("--kubelet-registration-path=/var/lib/kubelet/plugins/pillar-csi.bhyoo.com/csi.sock"
             in registrar["args"])
