@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: deps demo test unit lab bench lint doc fmt csi-conformance
+.PHONY: deps demo test unit chart lab bench lint doc fmt csi-conformance
 
 ## Install everything the build and the kernel lab need (idempotent).
 deps:
@@ -13,10 +13,17 @@ demo: deps
 	tests/lab/run demo
 
 ## Unit tests on the host, then the lab tests against the real kernel.
-test: deps unit lab
+test: deps unit chart lab
 
 unit: lint doc csi-conformance
 	cargo test --workspace
+
+## The Helm chart and the Containerfile (tests/chart/, pytest in the venv of
+## scripts/chart-deps.sh): render matrix, lint, schemas, RBAC, ldd of the binary.
+chart:
+	bash scripts/chart-deps.sh
+	cargo build --bin pillar-csi
+	"$$(bash scripts/chart-deps.sh --python)" -m pytest tests/chart -q -rs
 
 ## proto/csi/v1/csi.proto against the official CSI Go bindings' descriptor.
 csi-conformance:

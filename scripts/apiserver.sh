@@ -13,7 +13,8 @@
 #                            system:serviceaccount:pillar-csi:<name>, so RBAC
 #                            bindings to those ServiceAccounts apply to them)
 #   env                      APISERVER=<url> and KUBECONFIG=<admin kubeconfig>
-# The namespace pillar-csi exists. Authorization is RBAC.
+# The namespace pillar-csi exists. Authorization is RBAC. Privileged pods are
+# allowed, as in kubeadm and kind clusters (the CSI node plugin and the agent are).
 set -euo pipefail
 
 ACCOUNTS=(pillar-csi-controller pillar-csi-node pillar-csi-agent)
@@ -98,7 +99,8 @@ start() {
     --tls-cert-file "$dir/serving.crt" --tls-private-key-file "$dir/serving.key" \
     --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --token-auth-file "$dir/tokens.csv" \
-    --authorization-mode RBAC --service-cluster-ip-range 10.96.0.0/24 >"$dir/apiserver.log" 2>&1 &
+    --authorization-mode RBAC --service-cluster-ip-range 10.96.0.0/24 \
+    --allow-privileged=true >"$dir/apiserver.log" 2>&1 &
   echo $! >"$dir/apiserver.pid"
 
   local i ok=""

@@ -87,6 +87,8 @@ if ! python3 -c 'import grpc, grpc_tools.protoc, google.protobuf.json_format' >/
   pip install -q grpcio grpcio-tools
 fi
 python3 -c 'import grpc, grpc_tools.protoc' || { echo "deps: python3 cannot import grpc and grpc_tools after pip install" >&2; exit 1; }
+# The chart tests' Python tools, in a pinned venv of their own.
+bash "$(dirname "$0")/chart-deps.sh"
 # Go, for the csi.v1 conformance check (proto/csi/conformance, whose go.mod
 # asks for go 1.23): a Go already on the machine if new enough, else Debian's
 # from bookworm-backports. Then the check's modules (pinned by go.sum) into the

@@ -1,0 +1,152 @@
+"""The render matrix: every case renders and lints, and says what its values ask."""
+import pytest
+
+from chart import CASES, LVM, ZFS, agent_config, container, find, lint, notes, one, render
+
+CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_case_renders_the_three_workloads_and_lints_clean(case):
+    objects = render(CASES[case])
+    one(objects, "Deployment", "pillar-csi-controller")
+    one(objects, "DaemonSet", "pillar-csi-node")
+    one(objects, "DaemonSet", "pillar-csi-agent")
+    one(objects, "CSIDriver", "pillar-csi.bhyoo.com")
+    report = lint(CASES[case])
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert not problems, f"helm lint --strict on {case}: {problems}"
+
+
+@pytest.mark.parametrize("case,backends", [
+    ("zfs-only", [ZFS]), ("lvm-only", [LVM]), ("zfs-and-lvm", [ZFS, LVM])])
+def test_backends_reach_the_agent_config_file_as_given(case, backends):
+    assert agent_config(render(CASES[case]))["backends"] == backends
+
+
+def test_cert_manager_on_issues_the_agent_and_controller_secrets():
+    objects = render(CASES["cert-manager-on"])
+    certs = {c["metadata"]["name"]: c["spec"] for c in find(objects, "Certificate")}
+    agent = certs["pillar-csi-agent-mtls"]
+    assert agent["secretName"] == "pillar-csi-agent-mtls"
+    assert agent["dnsNames"] == ["pillar-csi-agent.pillar-csi.svc"]
+    assert "server auth" in agent["usages"]
+    assert "client auth" in certs["pillar-csi-controller-mtls"]["usages"]
+    assert certs["pillar-csi-ca"]["isCA"] is True
+    controller = container(one(objects, "Deployment", "pillar-csi-controller"), "controller")
+    assert "--agent-tls-server-name=pillar-csi-agent.pillar-csi.svc" in controller["args"]
+    assert secret_volumes(one(objects, "DaemonSet", "pillar-csi-agent")) == ["pillar-csi-agent-mtls"]
+    assert secret_volumes(one(objects, "Deployment", "pillar-csi-controller")) == \
+        ["pillar-csi-controller-mtls"]
+
+
+def test_cert_manager_off_mounts_the_user_secrets_and_server_name():
+    objects = render(CASES["cert-manager-off"])
+    assert not [o for o in objects if o["kind"] in CERT_MANAGER_KINDS]
+    assert secret_volumes(one(objects, "DaemonSet", "pillar-csi-agent")) == ["pillar-agent-mtls"]
+    assert secret_volumes(one(objects, "Deployment", "pillar-csi-controller")) == \
+        ["pillar-controller-mtls"]
+    controller = container(one(objects, "Deployment", "pillar-csi-controller"), "controller")
+    assert "--agent-tls-server-name=storage.example.org" in controller["args"]
+
+
+def test_cert_manager_off_without_server_name_leaves_the_flag_out():
+    objects = render({"mtls": {"certManager": {"enabled": False}}})
+    controller = container(one(objects, "Deployment", "pillar-csi-controller"), "controller")
+    assert not [a for a in controller["args"] if a.startswith("--agent-tls-server-name")]
+
+
+def test_tls_is_on_unless_plaintext_is_asked_for():
+    for case in sorted(set(CASES) - {"insecure-plaintext"}):
+        config = agent_config(render(CASES[case]))
+        assert "insecurePlaintext" not in config, case
+        assert config["tls"] == {"cert": "/etc/pillar-csi/tls/tls.crt",
+                                 "key": "/etc/pillar-csi/tls/tls.key",
+                                 "clientCa": "/etc/pillar-csi/tls/ca.crt"}, case
+    objects = render(CASES["insecure-plaintext"])
+    config = agent_config(objects)
+    assert config["insecurePlaintext"] is True and "tls" not in config
+    assert not [o for o in objects if o["kind"] in CERT_MANAGER_KINDS]
+    assert secret_volumes(one(objects, "DaemonSet", "pillar-csi-agent")) == []
+
+
+def test_replica_count_reaches_the_deployment_and_sidecars_elect_a_leader():
+    objects = render(CASES["replicas-2"])
+    deploy = one(objects, "Deployment", "pillar-csi-controller")
+    assert deploy["spec"]["replicas"] == 2
+    for sidecar in ("csi-provisioner", "csi-attacher", "csi-resizer"):
+        assert "--leader-election" in container(deploy, sidecar)["args"], sidecar
+    assert "--extra-create-metadata" in container(deploy, "csi-provisioner")["args"]
+
+
+def test_extra_args_are_appended_to_the_agent():
+    flag = "--recovery-trust-anchor=/var/lib/pillar-csi/agent/recovery-trust-anchor.pem"
+    objects = render({"agent": {"extraArgs": [flag]}})
+    args = container(one(objects, "DaemonSet", "pillar-csi-agent"), "agent")["args"]
+    assert args == ["agent", "--config=/etc/pillar-csi/config.yaml", flag]
+
+
+def test_name_and_namespace_overrides_rename_everything_namespaced():
+    objects = render({"fullnameOverride": "storage", "namespaceOverride": "infra"})
+    one(objects, "Deployment", "storage-controller")
+    one(objects, "DaemonSet", "storage-agent")
+    one(objects, "DaemonSet", "storage-node")
+    namespaced = [o for o in objects if o["kind"] not in
+                  {"CSIDriver", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}]
+    assert {o["metadata"]["namespace"] for o in namespaced} == {"infra"}
+    binding = one(objects, "ClusterRoleBinding", "storage-controller")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "storage-controller",
+                                    "namespace": "infra"}]
+    objects = render({"nameOverride": "storage"})
+    one(objects, "Deployment", "pillar-csi-storage-controller")
+
+
+def test_node_plugin_mounts_what_attach_and_mount_need():
+    node = one(render(), "DaemonSet", "pillar-csi-node")
+    plugin = container(node, "node")
+    assert plugin["securityContext"]["privileged"] is True
+    mounts = {m["mountPath"]: m for m in plugin["volumeMounts"]}
+    assert mounts["/var/lib/kubelet"]["mountPropagation"] == "Bidirectional"
+    for path in ("/dev", "/sys", "/etc/nvme", "/etc/iscsi", "/csi"):
+        assert path in mounts, path
+    # The node plugin writes a missing hostnqn or initiatorname, and iscsiadm its records.
+    assert not mounts["/etc/nvme"].get("readOnly") and not mounts["/etc/iscsi"].get("readOnly")
+    assert plugin["args"][:4] == ["node", "--endpoint=unix:///csi/csi.sock",
+                                  "--node-name=$(NODE_NAME)",
+                                  "--state-dir=/var/lib/pillar-csi/node"]
+    assert "--iscsi" not in plugin["args"]
+    with_iscsi = one(render({"node": {"iscsi": True}}), "DaemonSet", "pillar-csi-node")
+    assert "--iscsi" in container(with_iscsi, "node")["args"]
+    registrar = container(node, "node-driver-registrar")
+    assert ("--kubelet-registration-path=/var/lib/kubelet/plugins/pillar-csi.bhyoo.com/csi.sock"
+            in registrar["args"])
+
+
+def test_agent_runs_on_storage_nodes_with_host_network_and_host_state():
+    agent = one(render(), "DaemonSet", "pillar-csi-agent")
+    spec = agent["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True
+    assert spec["nodeSelector"] == {"pillar-csi.bhyoo.com/storage-node": "true"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["state"]["hostPath"]["path"] == "/var/lib/pillar-csi/agent"
+    assert volumes["configfs"]["hostPath"]["path"] == "/sys/kernel/config"
+    assert volumes["dev"]["hostPath"]["path"] == "/dev"
+    assert container(agent, "agent")["ports"] == [
+        {"name": "grpc", "containerPort": 9500, "protocol": "TCP"}]
+
+
+def test_notes_tell_what_to_create_next_and_warn_of_plaintext():
+    text = notes()
+    for kind in ("PillarAgent", "PillarStore", "PillarProtocol", "PillarStorageClass"):
+        assert kind in text
+    assert "kubectl label node <storage node> pillar-csi.bhyoo.com/storage-node=true" in text
+    assert "WARNING" not in text
+    assert "WARNING: mtls.insecurePlaintext is true" in notes(CASES["insecure-plaintext"])
+    assert "create Secrets pillar-agent-mtls and pillar-controller-mtls" in \
+        notes(CASES["cert-manager-off"])
+    assert "apply the pillar-csi.bhyoo.com CRDs yourself" in notes(CASES["install-crds-false"])
+
+
+def secret_volumes(workload: dict) -> list[str]:
+    return [v["secret"]["secretName"] for v in workload["spec"]["template"]["spec"]["volumes"]
+            if "secret" in v]
