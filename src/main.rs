@@ -65,6 +65,10 @@ struct AgentArgs {
     /// Seconds between resyncs of exports from the fence marks (0: never).
     #[arg(long)]
     resync_interval_seconds: Option<u64>,
+    /// Public keys that may sign metadata-loss recovery grants (PEM:
+    /// PUBLIC KEY or CERTIFICATE blocks, RSA or ECDSA); read once at start.
+    #[arg(long, value_name = "FILE")]
+    recovery_trust_anchor: Option<PathBuf>,
 }
 
 fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
@@ -91,12 +95,14 @@ fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.resync_interval_seconds = args
         .resync_interval_seconds
         .unwrap_or(c.resync_interval_seconds);
+    c.recovery_trust_anchor = args.recovery_trust_anchor.or(c.recovery_trust_anchor);
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
 
 fn run_agent(args: AgentArgs) -> Result<(), String> {
     let config = agent_config(args)?;
+    pillar_csi_agent::crash::arm();
     let version = format!(
         "{} ({})",
         env!("CARGO_PKG_VERSION"),
