@@ -1,6 +1,8 @@
 //! `pillar-csi`: the one binary of the driver; each role is a subcommand.
 use clap::{Args, Parser, Subcommand};
 use pillar_csi_agent::{config::AgentConfig, server};
+mod recovery_cmd;
+
 use std::{net::IpAddr, net::SocketAddr, path::PathBuf, process::ExitCode};
 
 #[derive(Parser)]
@@ -18,6 +20,9 @@ struct Cli {
 enum Command {
     /// Run the storage-node agent (gRPC, port 9500).
     Agent(Box<AgentArgs>),
+    /// Metadata-loss recovery, the operator's side: sign and verify grants.
+    #[command(subcommand)]
+    Recovery(recovery_cmd::RecoveryCommand),
     /// Print the version and the commit this binary was built from.
     Version,
 }
@@ -133,6 +138,16 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Recovery(command) => match recovery_cmd::run(command) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("pillar-csi recovery: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Agent(args) => {
             tracing_subscriber::fmt()
                 .with_env_filter(

@@ -102,6 +102,13 @@ impl PublicKey {
         Self::from_parsed(&spki)
     }
 
+    /// The key of a DER certificate.
+    pub fn from_certificate(der: &[u8]) -> Result<Self, String> {
+        let (_, cert) =
+            X509Certificate::from_der(der).map_err(|e| format!("not a certificate: {e}"))?;
+        Self::from_parsed(cert.public_key())
+    }
+
     fn from_parsed(spki: &SubjectPublicKeyInfo<'_>) -> Result<Self, String> {
         let alg = spki.algorithm.algorithm.to_id_string();
         let curve = spki

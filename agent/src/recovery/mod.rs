@@ -7,6 +7,7 @@
 //! `signature` cleared. prost encodes fields in field-number order and
 //! neither message has a map, so the bytes are the ones Go's
 //! `proto.MarshalOptions{Deterministic: true}` produces.
+pub mod json;
 pub mod keys;
 pub mod rules;
 

@@ -406,3 +406,17 @@ fn a_rotated_server_certificate_invalidates_snapshots() {
     let got = signatures(&rotated, &c.snapshot, &c.authorization).expect_err("rotated");
     assert!(got.contains("the certificate was rotated since"), "{got}");
 }
+
+/// grpcurl's JSON (made by Python's `json_format`, defaults printed) reads
+/// back as the same snapshot, with the same digest.
+#[test]
+fn the_snapshot_reads_back_from_proto3_json() -> Result<(), String> {
+    let text = String::from_utf8_lossy(&read("inspect.json")).into_owned();
+    let parsed = json::snapshot_of_inspection(&text)?;
+    assert_eq!(parsed, fixed_snapshot());
+    assert_eq!(snapshot_digest(&parsed), snapshot_digest(&fixed_snapshot()));
+    let none =
+        json::snapshot_of_inspection(r#"{"volumeId": "data-vg/legacy"}"#).expect_err("no snapshot");
+    assert!(none.contains("has no snapshot"), "{none}");
+    Ok(())
+}
