@@ -175,3 +175,55 @@ pub fn snapshot_of_inspection(text: &str) -> Result<pb::RecoverySnapshot, String
     )?;
     snapshot_from_json(snapshot)
 }
+
+/// A snapshot as proto3 JSON with defaults printed (grpcurl
+/// `-emit-defaults`): camelCase, enums by name, 64-bit integers as strings,
+/// bytes as base64, the time in RFC 3339.
+pub fn snapshot_to_json(s: &pb::RecoverySnapshot) -> Value {
+    let enum_name = |n: i32, name: Option<&str>| match name {
+        Some(name) => Value::from(name),
+        None => Value::from(n),
+    };
+    let identity = |i: &pb::LvmIdentity| {
+        serde_json::json!({
+            "volumeGroup": i.volume_group,
+            "logicalVolume": i.logical_volume,
+            "volumeGroupUuid": i.volume_group_uuid,
+            "logicalVolumeUuid": i.logical_volume_uuid,
+        })
+    };
+    let mut v = serde_json::json!({
+        "volumeId": s.volume_id,
+        "backendType": enum_name(
+            s.backend_type,
+            pb::BackendType::try_from(s.backend_type).ok().map(|b| b.as_str_name())
+        ),
+        "oldVolumeUid": s.old_volume_uid,
+        "oldGeneration": s.old_generation.to_string(),
+        "preserveOriginal": s.preserve_original,
+        "exports": s.exports.iter().map(|x| serde_json::json!({
+            "protocolType": enum_name(
+                x.protocol_type,
+                pb::ProtocolType::try_from(x.protocol_type).ok().map(|p| p.as_str_name())
+            ),
+            "targetId": x.target_id,
+            "managed": x.managed,
+            "allowedHosts": x.allowed_hosts,
+            "allowAnyHost": x.allow_any_host,
+        })).collect::<Vec<_>>(),
+        "consumers": s.consumers.iter().map(|c| serde_json::json!({
+            "kind": c.kind, "device": c.device, "detail": c.detail,
+        })).collect::<Vec<_>>(),
+        "exclusiveClaim": s.exclusive_claim,
+        "agentIdentity": s.agent_identity,
+        "agentCertificateSha256": STANDARD.encode(&s.agent_certificate_sha256),
+        "signature": STANDARD.encode(&s.signature),
+    });
+    if let Some(i) = &s.lvm_source {
+        v["lvmSource"] = identity(i);
+    }
+    if let Some(t) = &s.issued_at {
+        v["issuedAt"] = Value::from(t.to_string());
+    }
+    v
+}

@@ -420,3 +420,11 @@ fn the_snapshot_reads_back_from_proto3_json() -> Result<(), String> {
     assert!(none.contains("has no snapshot"), "{none}");
     Ok(())
 }
+
+#[test]
+fn the_snapshot_round_trips_through_json() -> Result<(), String> {
+    let snap = fixed_snapshot();
+    let text = serde_json::json!({ "snapshot": json::snapshot_to_json(&snap) }).to_string();
+    assert_eq!(json::snapshot_of_inspection(&text)?, snap);
+    Ok(())
+}
