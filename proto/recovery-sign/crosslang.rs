@@ -26,7 +26,9 @@ const NOW: &str = "2026-11-30T12:00:00.250Z";
 const NOW_SECONDS: u64 = 1_796_040_000;
 
 fn testdata(name: &str) -> PathBuf {
-    Path::new(ROOT).join("agent/src/recovery/testdata").join(name)
+    Path::new(ROOT)
+        .join("agent/src/recovery/testdata")
+        .join(name)
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -69,17 +71,29 @@ fn build_go_signer(dir: &Path) -> PathBuf {
     let module = dir.join("module");
     std::fs::create_dir_all(&module).unwrap();
     for f in ["go.mod", "go.sum", "main.go"] {
-        std::fs::copy(Path::new(ROOT).join("proto/recovery-sign").join(f), module.join(f)).unwrap();
+        std::fs::copy(
+            Path::new(ROOT).join("proto/recovery-sign").join(f),
+            module.join(f),
+        )
+        .unwrap();
     }
     run(Command::new("protoc")
         .arg("-I")
         .arg(Path::new(ROOT).join("proto"))
-        .arg(format!("--plugin=protoc-gen-go={}", protoc_gen_go().display()))
+        .arg(format!(
+            "--plugin=protoc-gen-go={}",
+            protoc_gen_go().display()
+        ))
         .arg(format!("--go_out={}", module.display()))
         .arg("--go_opt=module=github.com/isac322/pillar-csi")
         .arg("pillar_csi/agent/v1/agent.proto"));
     let bin = dir.join("sign");
-    run(go().current_dir(&module).arg("build").arg("-o").arg(&bin).arg("."));
+    run(go()
+        .current_dir(&module)
+        .arg("build")
+        .arg("-o")
+        .arg(&bin)
+        .arg("."));
     bin
 }
 
@@ -174,8 +188,48 @@ fn the_spec_go_program_and_recovery_sign_make_the_same_grant() {
             "{key}: authorization bytes, signature cleared"
         );
         if key.contains("rsa") {
-            assert_eq!(go_out, rust_out, "RSA PKCS#1 v1.5 is deterministic: every byte");
+            assert_eq!(
+                go_out, rust_out,
+                "RSA PKCS#1 v1.5 is deterministic: every byte"
+            );
         }
+        // `pillar-csi recovery verify` accepts the Go grant offline, and
+        // names the rule a wrong trust anchor breaks.
+        let line = |key: &str| {
+            go_out
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}: ")))
+                .unwrap()
+                .to_owned()
+        };
+        let verify = |anchor: &Path| {
+            Command::new(env!("CARGO_BIN_EXE_pillar-csi"))
+                .args(["recovery", "verify", "--trust-anchor"])
+                .arg(anchor)
+                .arg("--agent-cert")
+                .arg(testdata("server.crt"))
+                .args(["--snapshot", &line("snapshot")])
+                .args(["--authorization", &line("authorization")])
+                .args(["--now", "2026-11-30T12:00:30Z"])
+                .output()
+                .unwrap()
+        };
+        let good = verify(&anchor);
+        assert!(good.status.success(), "{good:?}");
+        assert!(String::from_utf8_lossy(&good.stdout).contains("ok: agreement"));
+        let other = if key.contains("rsa") {
+            "operator-ec.pub"
+        } else {
+            "operator-rsa.pub"
+        };
+        let bad = verify(&testdata(other));
+        assert!(!bad.status.success());
+        assert!(
+            String::from_utf8_lossy(&bad.stderr).contains(
+                "refused: authorization signature: it does not verify against any key of"
+            ),
+            "{bad:?}"
+        );
         // The agent's rules accept both grants with the snapshot they name.
         let snapshot = pb::RecoverySnapshot::decode(go_snap.as_slice()).unwrap();
         for auth in [&go_auth, &rust_auth] {

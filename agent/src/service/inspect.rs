@@ -161,7 +161,7 @@ impl Agent {
             .path
             .clone()
             .unwrap_or_else(|| format!("/dev/{}/{}", lv.vg.as_str(), lv.name).into());
-        let own = OwnExports::of(&id);
+        let own = OwnExports::of(id);
         let (usage, probe, allowed) = blocking(move || {
             let u = usage(&device)?;
             let p = sys::blkid::probe(&device);
