@@ -1,6 +1,7 @@
 //! `pillar-csi`: the one binary of the driver; each role is a subcommand.
 use clap::{Args, Parser, Subcommand};
 use pillar_csi_agent::{config::AgentConfig, server};
+mod rebind_check;
 mod recovery_cmd;
 
 use std::{net::IpAddr, net::SocketAddr, path::PathBuf, process::ExitCode};
@@ -23,6 +24,14 @@ enum Command {
     /// Metadata-loss recovery, the operator's side: sign and verify grants.
     #[command(subcommand)]
     Recovery(recovery_cmd::RecoveryCommand),
+    /// The spec's jq checks of "Rebind a retained volume" (step 4) over an
+    /// InspectVolume answer and a PillarVolumeState, one line each.
+    RebindCheck {
+        /// The InspectVolume answer (grpcurl's JSON).
+        inspect_json: PathBuf,
+        /// The PillarVolumeState (`kubectl get pillarvolumestate -o json`).
+        pvs_json: PathBuf,
+    },
     /// Print the version and the commit this binary was built from.
     Version,
 }
@@ -138,6 +147,19 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::RebindCheck {
+            inspect_json,
+            pvs_json,
+        } => match rebind_check::run(&inspect_json, &pvs_json) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                println!("{e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Recovery(command) => match recovery_cmd::run(command) {
             Ok(text) => {
                 println!("{text}");
