@@ -105,6 +105,16 @@ if ! go_ok; then
 fi
 go_ok || { echo "deps: no go >= 1.23 on PATH after installing golang-go" >&2; exit 1; }
 (cd "$(dirname "$0")/../proto/csi/conformance" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download)
+# protoc-gen-go for the recovery cross-language check
+# (proto/recovery-sign/crosslang.rs): the version of the protobuf module the
+# spec's Go program builds against, into a cache folder of its own; then
+# that program's modules (pinned by its go.sum).
+gobin="${XDG_CACHE_HOME:-$HOME/.cache}/pillar-csi/go-bin"
+if [ "$("$gobin/protoc-gen-go" --version 2>/dev/null)" != "protoc-gen-go v1.33.0" ]; then
+  mkdir -p "$gobin"
+  GOTOOLCHAIN=local GOBIN="$gobin" go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.33.0
+fi
+(cd "$(dirname "$0")/../proto/recovery-sign" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download)
 # The real Kubernetes API server of the controller's and the chart's tests.
 bash "$(dirname "$0")/deps-apiserver.sh"
 echo "deps: ready (kernel $(ls /lib/modules | sort -V | tail -n1))"

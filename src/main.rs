@@ -1,6 +1,9 @@
 //! `pillar-csi`: the one binary of the driver; each role is a subcommand.
 use clap::{Args, Parser, Subcommand};
 use pillar_csi_agent::{config::AgentConfig, server};
+mod rebind_check;
+mod recovery_cmd;
+
 use std::{net::IpAddr, net::SocketAddr, path::PathBuf, process::ExitCode};
 
 mod controller_cmd;
@@ -25,6 +28,17 @@ enum Command {
     Controller(Box<controller_cmd::ControllerArgs>),
     /// Write the CRD YAML (one file per CRD) generated from the types.
     Crds(crds::CrdsArgs),
+    /// Metadata-loss recovery, the operator's side: sign and verify grants.
+    #[command(subcommand)]
+    Recovery(recovery_cmd::RecoveryCommand),
+    /// The spec's jq checks of "Rebind a retained volume" (step 4) over an
+    /// InspectVolume answer and a PillarVolumeState, one line each.
+    RebindCheck {
+        /// The InspectVolume answer (grpcurl's JSON).
+        inspect_json: PathBuf,
+        /// The PillarVolumeState (`kubectl get pillarvolumestate -o json`).
+        pvs_json: PathBuf,
+    },
     /// Print the version and the commit this binary was built from.
     Version,
 }
@@ -72,6 +86,10 @@ struct AgentArgs {
     /// Seconds between resyncs of exports from the fence marks (0: never).
     #[arg(long)]
     resync_interval_seconds: Option<u64>,
+    /// Public keys that may sign metadata-loss recovery grants (PEM:
+    /// PUBLIC KEY or CERTIFICATE blocks, RSA or ECDSA); read once at start.
+    #[arg(long, value_name = "FILE")]
+    recovery_trust_anchor: Option<PathBuf>,
 }
 
 fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
@@ -98,12 +116,14 @@ fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.resync_interval_seconds = args
         .resync_interval_seconds
         .unwrap_or(c.resync_interval_seconds);
+    c.recovery_trust_anchor = args.recovery_trust_anchor.or(c.recovery_trust_anchor);
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
 
 fn run_agent(args: AgentArgs) -> Result<(), String> {
     let config = agent_config(args)?;
+    pillar_csi_agent::crash::arm();
     let version = format!(
         "{} ({})",
         env!("CARGO_PKG_VERSION"),
@@ -157,6 +177,29 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("pillar-csi crds: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::RebindCheck {
+            inspect_json,
+            pvs_json,
+        } => match rebind_check::run(&inspect_json, &pvs_json) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                println!("{e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Recovery(command) => match recovery_cmd::run(command) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("pillar-csi recovery: {e}");
                 ExitCode::FAILURE
             }
         },

@@ -78,6 +78,11 @@ pub struct AgentConfig {
     pub iscsi: Listener,
     /// Seconds between resyncs of exports from the marks (0: never).
     pub resync_interval_seconds: u64,
+    /// Public keys (PEM: PUBLIC KEY or CERTIFICATE blocks, RSA or ECDSA)
+    /// that may sign metadata-loss recovery grants; none: recovery off.
+    /// Needs mTLS: the server TLS key signs the recovery snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_trust_anchor: Option<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -97,6 +102,7 @@ impl Default for AgentConfig {
                 port: 3260,
             },
             resync_interval_seconds: 60,
+            recovery_trust_anchor: None,
         }
     }
 }
@@ -115,6 +121,7 @@ struct FileConfig {
     nvmeof: Option<FileListener>,
     iscsi: Option<FileListener>,
     resync_interval_seconds: Option<u64>,
+    recovery_trust_anchor: Option<PathBuf>,
 }
 
 /// A listener in the file: either field may be left out.
@@ -187,6 +194,7 @@ impl AgentConfig {
             resync_interval_seconds: file
                 .resync_interval_seconds
                 .unwrap_or(d.resync_interval_seconds),
+            recovery_trust_anchor: file.recovery_trust_anchor,
         })
     }
 
@@ -267,6 +275,11 @@ impl AgentConfig {
             if l.port == 0 {
                 problems.push(format!("{what} port must not be 0"));
             }
+        }
+        if self.recovery_trust_anchor.is_some() && self.insecure_plaintext {
+            problems.push(
+                "--recovery-trust-anchor needs mTLS: the server TLS key signs recovery snapshots and plaintext callers are refused; remove --insecure-plaintext or the trust anchor".into(),
+            );
         }
         if !self.state_dir.is_absolute() {
             problems.push(format!(

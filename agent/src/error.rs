@@ -63,7 +63,9 @@ impl From<MarkError> for AgentError {
     fn from(e: MarkError) -> Self {
         match e {
             MarkError::TooLong(_) => AgentError::InvalidArgument(e.to_string()),
-            MarkError::Corrupt { .. } | MarkError::Io { .. } => AgentError::Internal(e.to_string()),
+            MarkError::Corrupt { .. } | MarkError::Io { .. } | MarkError::Unsynced { .. } => {
+                AgentError::Internal(e.to_string())
+            }
         }
     }
 }

@@ -10,6 +10,8 @@
 //!   kernel targets live, and the nvmet exporter;
 //! - [`adopt`]: import and adoption refusals and the idle check;
 //! - [`service`]: the operations, independent of gRPC;
+//! - [`recovery`]: the signed evidence of metadata-loss recovery and its rules;
+//! - [`crash`]: test-only named crash points (feature `crash-points`);
 //! - [`grpc`]: the tonic service; [`error`]: the one mapping to status codes;
 //! - [`config`] and [`server`]: configuration, start-up reconciliation,
 //!   periodic resync and serving with mTLS.
@@ -17,12 +19,14 @@
 pub mod adopt;
 pub mod backend;
 pub mod config;
+pub mod crash;
 pub mod error;
 pub mod export;
 pub mod fence;
 pub mod grpc;
 pub mod locks;
 pub mod marks;
+pub mod recovery;
 pub mod server;
 pub mod service;
 pub mod volume;

@@ -190,6 +190,22 @@ pub struct FenceMark {
     /// adopted it (kept with `adopted`, dropped with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub import_probe: Option<ProbeRecord>,
+    /// The metadata-loss recovery that moved the volume to its live
+    /// lifecycle, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<RecoveryRecord>,
+}
+
+/// A committed TransferVolumeOwnership: the grant and the lifecycle it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryRecord {
+    /// Hex SHA-256 of the authorization, signature cleared.
+    pub authorization_digest: String,
+    /// The lifecycle the grant retired.
+    pub old_volume_uid: String,
+    /// Its generation.
+    pub old_generation: u64,
 }
 
 impl FenceMark {
@@ -203,6 +219,7 @@ impl FenceMark {
             exports: BTreeMap::new(),
             adopted: None,
             import_probe: None,
+            recovered: None,
         }
     }
 }
@@ -225,6 +242,16 @@ pub enum MarkError {
     /// The volume ID cannot be a file name.
     #[error("volume ID {0:?} is too long to record")]
     TooLong(String),
+    /// The new mark was renamed into place, but the folder could not be
+    /// made durable: whether it survives a crash is unknown.
+    #[error("fence mark {path} was renamed into place but not made durable: {source}")]
+    Unsynced {
+        /// The folder.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
     /// The file system refused.
     #[error("fence mark store {path}: {source}")]
     Io {
@@ -369,7 +396,10 @@ impl MarkStore {
             f.sync_all().map_err(io_err(&tmp))?;
         }
         fs::rename(&tmp, &path).map_err(io_err(&path))?;
-        sync_dir(&self.dir)
+        sync_dir(&self.dir).map_err(|e| match e {
+            MarkError::Io { path, source } => MarkError::Unsynced { path, source },
+            other => other,
+        })
     }
 
     /// Removes the mark of `volume_id` (only to undo an intent this agent

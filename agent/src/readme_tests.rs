@@ -5,7 +5,7 @@
 //! here.
 
 /// The files whose refusals the README documents, with their names for messages.
-const SOURCES: [(&str, &str); 8] = [
+const SOURCES: [(&str, &str); 9] = [
     ("backend/zfs.rs", include_str!("backend/zfs.rs")),
     ("backend/lvm.rs", include_str!("backend/lvm.rs")),
     ("adopt.rs", include_str!("adopt.rs")),
@@ -14,7 +14,18 @@ const SOURCES: [(&str, &str); 8] = [
     ("service/exports.rs", include_str!("service/exports.rs")),
     ("service/inspect.rs", include_str!("service/inspect.rs")),
     ("service/mod.rs", include_str!("service/mod.rs")),
+    ("service/recovery.rs", include_str!("service/recovery.rs")),
 ];
+
+/// The recovery rules, whose refusals are returned as `Err(String)` (the
+/// service prefixes them with `recovery of volume <id> refused: `).
+const RULES: [(&str, &str); 2] = [
+    ("recovery/rules.rs", include_str!("recovery/rules.rs")),
+    ("service/recovery.rs", include_str!("service/recovery.rs")),
+];
+
+/// Calls whose `format!` builds a recovery rule's refusal.
+const RULE_MARKERS: [&str; 2] = ["Err(", "differs("];
 
 const README: &str = include_str!("../../README.md");
 
@@ -63,13 +74,18 @@ fn literal(text: &str) -> Option<String> {
 
 /// The refusal format strings of one source file.
 fn refusal_formats(source: &str) -> Vec<String> {
+    formats_after(source, &MARKERS)
+}
+
+/// The format strings of `source` that are arguments of one of `markers`.
+fn formats_after(source: &str, markers: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     let mut from = 0;
     while let Some(at) = source[from..].find("format!(") {
         let start = from + at;
         from = start + "format!(".len();
         let before = &source[start.saturating_sub(120)..start];
-        let last_marker = MARKERS.iter().filter_map(|m| before.rfind(m)).max();
+        let last_marker = markers.iter().filter_map(|m| before.rfind(m)).max();
         let Some(marker_at) = last_marker else {
             continue;
         };
@@ -116,8 +132,13 @@ fn the_readme_lists_every_refusal_the_code_can_produce() {
     let readme = README.replace("\\|", "|");
     let mut missing = Vec::new();
     let mut seen = 0;
-    for (name, source) in SOURCES {
-        for format in refusal_formats(source) {
+    let scans = SOURCES.iter().map(|(n, s)| (n, refusal_formats(s))).chain(
+        RULES
+            .iter()
+            .map(|(n, s)| (n, formats_after(s, &RULE_MARKERS))),
+    );
+    for (name, formats) in scans {
+        for format in formats {
             seen += 1;
             for piece in pieces(&format) {
                 if !readme.contains(&piece) {

@@ -99,7 +99,28 @@ pub fn build(config: &AgentConfig, backends: Vec<Arc<dyn Backend>>) -> Result<Ag
         Ok(target) => exporters.push(Arc::new(LioExporter::new(target, config.iscsi))),
         Err(e) => warn!(error = %e, "iSCSI exports unavailable"),
     }
-    Ok(Agent::new(backends, exporters, marks))
+    let agent = Agent::new(backends, exporters, marks);
+    match (
+        &config.recovery_trust_anchor,
+        &config.tls.cert,
+        &config.tls.key,
+    ) {
+        (None, ..) => Ok(agent),
+        (Some(anchor), Some(cert), Some(key)) => {
+            let recovery = crate::recovery::Recovery::load(anchor, cert, key)
+                .map_err(|e| ServeError::Startup(e.to_string()))?;
+            info!(
+                trust_anchor = %anchor.display(),
+                keys = recovery.anchor.len(),
+                identity = %recovery.signer.identity,
+                "metadata-loss recovery configured"
+            );
+            Ok(agent.with_recovery(recovery))
+        }
+        (Some(_), ..) => Err(ServeError::Startup(
+            "--recovery-trust-anchor needs the server TLS certificate and key".into(),
+        )),
+    }
 }
 
 async fn shutdown_signal() {

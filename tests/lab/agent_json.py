@@ -15,6 +15,11 @@ METHOD (default InspectVolume) over plaintext HTTP/2, and prints the answer
 as proto3 canonical JSON with defaults: camelCase names, enums by name,
 64-bit integers as strings.
 
+Against an mTLS agent, set AGENT_JSON_CACERT (the CA of the agent's
+certificate), AGENT_JSON_CERT and AGENT_JSON_KEY (the client certificate
+and key) and AGENT_JSON_SERVERNAME (the name the agent's certificate is
+issued for), as grpcurl's -cacert, -cert, -key and -servername.
+
 On an RPC error it prints grpcurl's form to standard error
 ("ERROR:\n  Code: <Name>\n  Message: <text>") and exits with 64 + the gRPC
 status code, as grpcurl does.
@@ -62,6 +67,29 @@ def to_json(message):
     return json_format.MessageToJson(message, always_print_fields_with_no_presence=True)
 
 
+def channel_to(address):
+    cacert = os.environ.get("AGENT_JSON_CACERT")
+    if not cacert:
+        return grpc.insecure_channel(address)
+
+    def read(name):
+        path = os.environ.get(name)
+        if not path:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read("AGENT_JSON_CACERT"),
+        private_key=read("AGENT_JSON_KEY"),
+        certificate_chain=read("AGENT_JSON_CERT"),
+    )
+    options = []
+    if os.environ.get("AGENT_JSON_SERVERNAME"):
+        options.append(("grpc.ssl_target_name_override", os.environ["AGENT_JSON_SERVERNAME"]))
+    return grpc.secure_channel(address, credentials, options=options)
+
+
 def main():
     if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
@@ -72,7 +100,7 @@ def main():
     rpc = service.methods_by_name[method]
     request_class = getattr(pb2, rpc.input_type.name)
     request = json_format.Parse(sys.stdin.read() or "{}", request_class())
-    with grpc.insecure_channel(address) as channel:
+    with channel_to(address) as channel:
         stub = grpc_pb2.AgentServiceStub(channel)
         try:
             response = getattr(stub, method)(request, timeout=300)

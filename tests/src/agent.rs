@@ -63,6 +63,14 @@ pub struct AgentConfig {
     pub resync_interval_seconds: Option<u64>,
     /// The log file.
     pub log: PathBuf,
+    /// More flags (for example `--recovery-trust-anchor <file>`).
+    pub extra_args: Vec<String>,
+    /// Environment variables of the agent process (for example the
+    /// test-only `PILLAR_CRASH_POINT`).
+    pub env: Vec<(String, String)>,
+    /// Another binary than `target/debug/pillar-csi` (for example the one
+    /// built with crash points, [`crash_points_binary`]).
+    pub binary: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -86,6 +94,9 @@ impl AgentConfig {
             tls: None,
             resync_interval_seconds: None,
             log: lab.work.join(format!("{name}.agent.log")),
+            extra_args: Vec::new(),
+            env: Vec::new(),
+            binary: None,
         })
     }
 }
@@ -174,6 +185,20 @@ pub fn binary() -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// `pillar-csi` built with the test-only `crash-points` feature, which the
+/// lab runner copies beside the ordinary binary.
+pub fn crash_points_binary() -> Result<PathBuf> {
+    let bin = binary()?.with_file_name("pillar-csi-crash-points");
+    if !bin.is_file() {
+        return Err(format!(
+            "{} is missing: tests/lab/run builds it (cargo build -p pillar-csi --features crash-points)",
+            bin.display()
+        )
+        .into());
+    }
+    Ok(bin)
+}
+
 /// A running agent; killed (SIGKILL) when dropped.
 #[derive(Debug)]
 pub struct AgentProcess {
@@ -199,7 +224,10 @@ impl AgentProcess {
     async fn spawn(&mut self) -> Result<()> {
         self.addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let c = &self.config;
-        let mut cmd = Command::new(binary()?);
+        let mut cmd = Command::new(match &c.binary {
+            Some(bin) => bin.clone(),
+            None => binary()?,
+        });
         cmd.arg("agent");
         for b in &c.backends {
             cmd.args(["--backend", b]);
@@ -227,6 +255,8 @@ impl AgentProcess {
                     .arg(&server.client_ca);
             }
         }
+        cmd.args(&c.extra_args);
+        cmd.envs(c.env.iter().map(|(k, v)| (k, v)));
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -303,6 +333,11 @@ impl AgentProcess {
     /// How the agent runs.
     pub fn config(&self) -> &AgentConfig {
         &self.config
+    }
+
+    /// How the agent runs, to change before a [`AgentProcess::restart`].
+    pub fn config_mut(&mut self) -> &mut AgentConfig {
+        &mut self.config
     }
 
     /// A client as the helper connects (the configured client certificate, if TLS).

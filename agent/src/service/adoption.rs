@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 /// The backend record of a pinned source.
-fn pinned_record(pin: &AdoptedSource) -> BackendRecord {
+pub(super) fn pinned_record(pin: &AdoptedSource) -> BackendRecord {
     match pin {
         AdoptedSource::Zvol { dataset } => BackendRecord::Zvol {
             dataset: dataset.clone(),
@@ -30,7 +30,7 @@ fn pinned_record(pin: &AdoptedSource) -> BackendRecord {
 }
 
 /// Why the reported LV is not the pinned one, if it is not.
-fn identity_mismatch(pin: &AdoptedSource, lv: &sys::lvm::Lv) -> Option<String> {
+pub(super) fn identity_mismatch(pin: &AdoptedSource, lv: &sys::lvm::Lv) -> Option<String> {
     let AdoptedSource::Lv {
         vg,
         lv: name,

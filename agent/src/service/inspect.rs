@@ -2,12 +2,13 @@
 use super::{blocking, Agent};
 use crate::{
     adopt::{usage, OwnExports},
-    backend::BackendKind,
+    backend::{Backend, BackendKind},
     error::AgentError,
+    export::Protocol,
     marks::FenceMark,
     volume::VolumeId,
 };
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
 /// What InspectVolume observed.
 #[derive(Debug, Clone)]
@@ -26,6 +27,73 @@ pub struct Inspection {
     pub own: OwnExports,
     /// For each nvmet subsystem exporting the LV: allow_any_host and its allowed hosts.
     pub nvmet_allowed: BTreeMap<String, (bool, Vec<String>)>,
+}
+
+/// An export configured in a kernel target for the LV.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedExport {
+    /// The target.
+    pub protocol: Protocol,
+    /// Subsystem NQN (nvmet) or "<hba>/<storage object>" (LIO).
+    pub target_id: String,
+    /// The agent's own export, recorded in the mark.
+    pub managed: bool,
+    /// Any initiator may connect.
+    pub allow_any_host: bool,
+    /// The initiators allowed to connect.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl ObservedExport {
+    /// Whether any initiator may connect.
+    pub fn admits(&self) -> bool {
+        self.allow_any_host || !self.allowed_hosts.is_empty()
+    }
+}
+
+impl Inspection {
+    /// The exports of the LV: nvmet as configfs shows them; LIO with the
+    /// ACL the mark records for the agent's own (a foreign LIO export's ACL
+    /// is not read and shows as admitting nobody).
+    pub fn exports(&self) -> Vec<ObservedExport> {
+        let recorded = |p: Protocol| {
+            self.mark
+                .as_ref()
+                .and_then(|m| m.exports.get(p.as_str()).cloned())
+        };
+        let mut exports = Vec::new();
+        for n in &self.usage.nvmet {
+            let (allow_any_host, allowed_hosts) = self
+                .nvmet_allowed
+                .get(&n.subsystem)
+                .cloned()
+                .unwrap_or_default();
+            exports.push(ObservedExport {
+                protocol: Protocol::NvmeofTcp,
+                target_id: n.subsystem.clone(),
+                managed: n.subsystem == self.own.nqn && recorded(Protocol::NvmeofTcp).is_some(),
+                allowed_hosts,
+                allow_any_host,
+            });
+        }
+        for l in &self.usage.lio {
+            let own = if l.name == self.own.lio_object {
+                recorded(Protocol::Iscsi)
+            } else {
+                None
+            };
+            exports.push(ObservedExport {
+                protocol: Protocol::Iscsi,
+                target_id: format!("{}/{}", l.backstore, l.name),
+                managed: own.is_some(),
+                allow_any_host: own.as_ref().is_some_and(|r| !r.acl),
+                allowed_hosts: own
+                    .map(|r| r.allowed_initiators.into_iter().collect())
+                    .unwrap_or_default(),
+            });
+        }
+        exports
+    }
 }
 
 /// The configfs folder of nvmet subsystems.
@@ -69,8 +137,18 @@ impl Agent {
                 "InspectVolume supports BACKEND_TYPE_LVM only".into(),
             ));
         }
-        let at = backend.locate(&id)?;
         let _guard = self.locks.lock(id.as_str()).await;
+        self.observe_lv(&id, &backend).await
+    }
+
+    /// What the storage node observes about the LV of `id` now, and its
+    /// mark; the caller holds the volume's lock.
+    pub(super) async fn observe_lv(
+        &self,
+        id: &VolumeId,
+        backend: &Arc<dyn Backend>,
+    ) -> Result<Inspection, AgentError> {
+        let at = backend.locate(id)?;
         let marks = self.marks.clone();
         let key = id.as_str().to_owned();
         let mark = blocking(move || Ok(marks.load(&key)?)).await?;
@@ -83,7 +161,7 @@ impl Agent {
             .path
             .clone()
             .unwrap_or_else(|| format!("/dev/{}/{}", lv.vg.as_str(), lv.name).into());
-        let own = OwnExports::of(&id);
+        let own = OwnExports::of(id);
         let (usage, probe, allowed) = blocking(move || {
             let u = usage(&device)?;
             let p = sys::blkid::probe(&device);

@@ -16,6 +16,7 @@
 //! | `adoption.rs` | CreateVolume with an import, ReleaseVolume |
 //! | `inspect.rs` | InspectVolume |
 //! | `reconcile.rs` | restart and periodic reconciliation, ReconcileState |
+//! | `recovery.rs` | TransferVolumeOwnership (metadata-loss recovery) |
 use crate::{
     backend::{Backend, BackendKind, Capacity, VolumeState},
     error::AgentError,
@@ -31,11 +32,13 @@ mod adoption;
 mod exports;
 mod inspect;
 mod reconcile;
+mod recovery;
 mod txn;
 mod volumes;
 
-pub use inspect::Inspection;
+pub use inspect::{Inspection, ObservedExport};
 pub use reconcile::Reconciled;
+pub use recovery::Transfer;
 use txn::blocking;
 
 /// The agent: its backends, exporters, marks and locks.
@@ -44,6 +47,7 @@ pub struct Agent {
     exporters: BTreeMap<Protocol, Arc<dyn Exporter>>,
     marks: MarkStore,
     locks: VolumeLocks,
+    recovery: Option<Arc<crate::recovery::Recovery>>,
 }
 
 /// A volume recorded by the agent, for ListVolumes.
@@ -117,7 +121,15 @@ impl Agent {
             exporters: exporters.into_iter().map(|e| (e.protocol(), e)).collect(),
             marks,
             locks: VolumeLocks::default(),
+            recovery: None,
         }
+    }
+
+    /// The agent with metadata-loss recovery configured (its trust anchor
+    /// and snapshot signer, read at start).
+    pub fn with_recovery(mut self, recovery: crate::recovery::Recovery) -> Self {
+        self.recovery = Some(Arc::new(recovery));
+        self
     }
 
     /// The configured backends.

@@ -92,6 +92,19 @@ impl Txn {
         self.save().await
     }
 
+    /// Writes `self.mark` and releases the lock; `Some(why)` when the new
+    /// mark was renamed into place but not made durable (the outcome is
+    /// unknown; nothing is rolled back).
+    pub async fn commit_reporting(self) -> Result<Option<String>, AgentError> {
+        let (marks, mark) = (self.marks.clone(), self.mark.clone());
+        blocking(move || match marks.save(&mark) {
+            Ok(()) => Ok(None),
+            Err(e @ crate::marks::MarkError::Unsynced { .. }) => Ok(Some(e.to_string())),
+            Err(e) => Err(e.into()),
+        })
+        .await
+    }
+
     /// Puts `before` back on disk (`None`: removes the file) and releases
     /// the lock: the undo of an intent whose work did not happen.
     pub async fn restore(self, before: Option<FenceMark>) -> Result<(), AgentError> {

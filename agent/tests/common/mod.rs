@@ -19,6 +19,8 @@ use std::{
     sync::{Arc, OnceLock},
 };
 
+pub mod grpc;
+
 pub type R = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 pub const HOST_NQN: &str = "nqn.2026-01.com.bhyoo.pillar-csi.lab:adopt-host";

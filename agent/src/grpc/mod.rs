@@ -1,18 +1,29 @@
 //! The gRPC face of the agent: requests checked and translated, replies built.
 //! Errors become status codes in one place ([`crate::error`]).
+//!
+//! | file | job |
+//! | --- | --- |
+//! | `mod.rs` | the `AgentService` implementation: one method per RPC |
+//! | `convert.rs` | wire enums, tokens and import sources to the agent's types |
+//! | `inspect.rs` | the wire form of an inspection |
+//! | `recovery.rs` | the recovery snapshot of InspectVolume, TransferVolumeOwnership |
 use crate::{
-    backend::{BackendKind, CreateOptions, ImportSource},
+    backend::{BackendKind, CreateOptions},
     error::AgentError,
     export::Protocol,
-    fence::Token,
-    marks::{AdoptedSource, ExportRecord},
-    service::{Agent, Inspection},
-    volume::truncate,
+    service::Agent,
+};
+use convert::{
+    backend_kind, backend_type, export_record, import_source, protocol, protocol_type, token,
 };
 use pillar_csi_proto::agent::v1::{self as pb, agent_service_server::AgentService};
 use std::{sync::Arc, time::SystemTime};
 use tonic::{Request, Response, Status};
 use tracing::instrument;
+
+mod convert;
+mod inspect;
+mod recovery;
 
 /// The tonic service over an [`Agent`].
 #[derive(Clone)]
@@ -31,238 +42,11 @@ impl AgentGrpc {
     }
 }
 
-fn backend_kind(value: i32) -> Result<Option<BackendKind>, AgentError> {
-    match pb::BackendType::try_from(value) {
-        Ok(pb::BackendType::Unspecified) => Ok(None),
-        Ok(pb::BackendType::ZfsZvol) => Ok(Some(BackendKind::Zvol)),
-        Ok(pb::BackendType::Lvm) => Ok(Some(BackendKind::Lvm)),
-        Err(_) => Err(AgentError::InvalidArgument(format!(
-            "backend_type {value} is not a known BackendType"
-        ))),
-    }
-}
-
-fn backend_type(kind: BackendKind) -> pb::BackendType {
-    match kind {
-        BackendKind::Zvol => pb::BackendType::ZfsZvol,
-        BackendKind::Lvm => pb::BackendType::Lvm,
-    }
-}
-
-fn protocol(value: i32) -> Result<Protocol, AgentError> {
-    match pb::ProtocolType::try_from(value) {
-        Ok(pb::ProtocolType::NvmeofTcp) => Ok(Protocol::NvmeofTcp),
-        Ok(pb::ProtocolType::Iscsi) => Ok(Protocol::Iscsi),
-        Ok(pb::ProtocolType::Unspecified) => Err(AgentError::InvalidArgument(
-            "protocol_type is required (PROTOCOL_TYPE_NVMEOF_TCP or PROTOCOL_TYPE_ISCSI)".into(),
-        )),
-        Err(_) => Err(AgentError::InvalidArgument(format!(
-            "protocol_type {value} is not a known ProtocolType"
-        ))),
-    }
-}
-
-fn protocol_type(p: Protocol) -> pb::ProtocolType {
-    match p {
-        Protocol::NvmeofTcp => pb::ProtocolType::NvmeofTcp,
-        Protocol::Iscsi => pb::ProtocolType::Iscsi,
-    }
-}
-
-fn token(fence: Option<pb::FenceToken>) -> Option<Token> {
-    fence.map(|f| Token {
-        volume_uid: f.volume_uid,
-        generation: f.generation,
-    })
-}
-
-fn export_record(acl: bool, initiators: Vec<String>) -> ExportRecord {
-    ExportRecord {
-        acl,
-        allowed_initiators: initiators.into_iter().collect(),
-    }
-}
-
-/// The import source of a CreateVolumeRequest, if it names one.
-fn import_source(r: &pb::CreateVolumeRequest) -> Result<Option<ImportSource>, AgentError> {
-    match (&r.import_zvol, &r.import_lv) {
-        (z, Some(_)) if !z.is_empty() => Err(AgentError::InvalidArgument(format!(
-            "volume {}: set at most one of import_zvol and import_lv",
-            truncate(&r.volume_id)
-        ))),
-        (z, None) if !z.is_empty() => Ok(Some(ImportSource::Zvol { dataset: z.clone() })),
-        (_, Some(lv)) => {
-            let value = format!(
-                "{}/{}:{}:{}",
-                lv.volume_group, lv.logical_volume, lv.volume_group_uuid, lv.logical_volume_uuid
-            );
-            let identity = api::annotations::parse_import_lv(&value).map_err(|e| {
-                AgentError::InvalidArgument(format!(
-                    "volume {}: import_lv: {e}",
-                    truncate(&r.volume_id)
-                ))
-            })?;
-            let policy = match r.import_lv_policy.as_str() {
-                "" => api::annotations::LvPolicy::PreserveOriginal,
-                other => api::annotations::parse_import_lv_policy(Some(other)).map_err(|e| {
-                    AgentError::InvalidArgument(format!(
-                        "volume {}: import_lv_policy: {e}",
-                        truncate(&r.volume_id)
-                    ))
-                })?,
-            };
-            Ok(Some(ImportSource::Lv { identity, policy }))
-        }
-        _ => Ok(None),
-    }
-}
-
-fn lvm_identity(vg: &str, lv: &str, vg_uuid: &str, lv_uuid: &str) -> pb::LvmIdentity {
-    pb::LvmIdentity {
-        volume_group: vg.to_owned(),
-        logical_volume: lv.to_owned(),
-        volume_group_uuid: vg_uuid.to_owned(),
-        logical_volume_uuid: lv_uuid.to_owned(),
-    }
-}
-
-/// The wire form of an inspection.
-fn inspection(volume_id: String, i: Inspection) -> pb::InspectVolumeResponse {
-    use sys::block::Exclusive;
-    let lv = &i.lv;
-    let device_path = lv
-        .path
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_default();
-    let (filesystem_probe_state, filesystem_type) = match &i.probe {
-        sys::blkid::Probe::Filesystem { fs_type } => ("filesystem", fs_type.clone()),
-        sys::blkid::Probe::Blank => ("blank", String::new()),
-        _ => ("unknown", String::new()),
-    };
-    let mut consumers = Vec::new();
-    for m in &i.usage.mounts {
-        consumers.push(pb::VolumeConsumer {
-            kind: "mount".into(),
-            device: m.device.clone(),
-            detail: m.mount_point.display().to_string(),
-        });
-    }
-    for h in &i.usage.holders {
-        consumers.push(pb::VolumeConsumer {
-            kind: "holder".into(),
-            device: h.of.clone(),
-            detail: match &h.dm_name {
-                Some(n) => format!("{} ({n})", h.holder),
-                None => h.holder.clone(),
-            },
-        });
-    }
-    let recorded = |p: Protocol| {
-        i.mark
-            .as_ref()
-            .and_then(|m| m.exports.get(p.as_str()).cloned())
-    };
-    let mut exports = Vec::new();
-    for n in &i.usage.nvmet {
-        let (allow_any_host, allowed_hosts) = i
-            .nvmet_allowed
-            .get(&n.subsystem)
-            .cloned()
-            .unwrap_or_default();
-        exports.push(pb::VolumeExport {
-            protocol_type: pb::ProtocolType::NvmeofTcp as i32,
-            target_id: n.subsystem.clone(),
-            managed: n.subsystem == i.own.nqn && recorded(Protocol::NvmeofTcp).is_some(),
-            allowed_hosts,
-            allow_any_host,
-        });
-    }
-    for l in &i.usage.lio {
-        let own = if l.name == i.own.lio_object {
-            recorded(Protocol::Iscsi)
-        } else {
-            None
-        };
-        exports.push(pb::VolumeExport {
-            protocol_type: pb::ProtocolType::Iscsi as i32,
-            target_id: format!("{}/{}", l.backstore, l.name),
-            managed: own.is_some(),
-            allow_any_host: own.as_ref().is_some_and(|r| !r.acl),
-            allowed_hosts: own
-                .map(|r| r.allowed_initiators.into_iter().collect())
-                .unwrap_or_default(),
-        });
-    }
-    let fence = match &i.mark {
-        None => pb::FenceState::default(),
-        Some(m) => {
-            let (lvm_source, preserve_original) = match &m.adopted {
-                Some(AdoptedSource::Lv {
-                    vg,
-                    lv,
-                    vg_uuid,
-                    lv_uuid,
-                    preserve_original,
-                }) => (
-                    Some(lvm_identity(vg, lv, vg_uuid, lv_uuid)),
-                    *preserve_original,
-                ),
-                _ => (None, false),
-            };
-            pb::FenceState {
-                exists: true,
-                ended: m.fence.live.is_none(),
-                volume_uid: m
-                    .fence
-                    .live
-                    .as_ref()
-                    .map(|l| l.volume_uid.clone())
-                    .unwrap_or_default(),
-                generation: m.fence.live.as_ref().map(|l| l.generation).unwrap_or(0),
-                lvm_source,
-                preserve_original,
-                ended_uids: m.fence.ended_uids.iter().cloned().collect(),
-            }
-        }
-    };
-    pb::InspectVolumeResponse {
-        volume_id,
-        lvm: Some(pb::LvmObservation {
-            identity: Some(lvm_identity(
-                lv.vg.as_str(),
-                &lv.name,
-                lv.vg_uuid.as_str(),
-                lv.uuid.as_str(),
-            )),
-            exclusive_claim: match i.usage.exclusive {
-                Exclusive::Free => "free",
-                Exclusive::Busy => "busy",
-                Exclusive::Unknown(_) => "unknown",
-            }
-            .into(),
-            size_bytes: lv.size,
-            segtype: lv.segtype.clone(),
-            lv_attr: lv.attr.raw.clone(),
-            pool_lv: lv.pool_lv.clone().unwrap_or_default(),
-            active: lv.attr.active,
-            device_path,
-            layout_refusal: i.layout_refusal.clone().unwrap_or_default(),
-        }),
-        filesystem_probe_state: filesystem_probe_state.into(),
-        filesystem_type,
-        consumers,
-        exports,
-        fence: Some(fence),
-        observed_at: Some(prost_types::Timestamp::from(SystemTime::now())),
-    }
-}
-
 type Reply<T> = Result<Response<T>, Status>;
 
 /// The RPCs this agent serves, in the order `AgentService` declares them
 /// (GetCapabilitiesResponse.rpcs).
-pub const SERVED_RPCS: [&str; 14] = [
+pub const SERVED_RPCS: [&str; 15] = [
     "GetCapabilities",
     "GetCapacity",
     "ListVolumes",
@@ -276,6 +60,7 @@ pub const SERVED_RPCS: [&str; 14] = [
     "DenyInitiator",
     "ReleaseVolume",
     "InspectVolume",
+    "TransferVolumeOwnership",
     "ReconcileState",
 ];
 
@@ -479,12 +264,39 @@ impl AgentService for AgentGrpc {
         &self,
         request: Request<pb::InspectVolumeRequest>,
     ) -> Reply<pb::InspectVolumeResponse> {
+        let verified = recovery::verified_caller(&request);
         let r = request.into_inner();
         let i = self
             .agent
             .inspect_volume(&r.volume_id, backend_kind(r.backend_type)?)
             .await?;
-        Ok(Response::new(inspection(r.volume_id, i)))
+        let mut reply = inspect::inspection(r.volume_id, &i);
+        if let (true, Some(config)) = (verified, self.agent.recovery()) {
+            reply.snapshot =
+                recovery::snapshot(config, &reply, SystemTime::now()).map_err(|why| {
+                    AgentError::Internal(format!("signing the recovery snapshot: {why}"))
+                })?;
+        }
+        Ok(Response::new(reply))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
+    async fn transfer_volume_ownership(
+        &self,
+        request: Request<pb::TransferVolumeOwnershipRequest>,
+    ) -> Reply<pb::TransferVolumeOwnershipResponse> {
+        let verified = recovery::verified_caller(&request);
+        let r = request.into_inner();
+        let digest = r
+            .authorization
+            .as_ref()
+            .map(|a| crate::recovery::hex(&crate::recovery::authorization_digest(a)))
+            .unwrap_or_default();
+        let transfer = self
+            .agent
+            .transfer_volume_ownership(r, verified, SystemTime::now())
+            .await?;
+        Ok(Response::new(recovery::transfer_reply(transfer, digest)))
     }
 
     #[instrument(skip_all, fields(volume = %request.get_ref().volume_id))]
@@ -639,24 +451,11 @@ impl AgentService for AgentGrpc {
 mod tests {
     use super::*;
 
-    const VG_UUID: &str = "Xk3pQm-1aB2-c3D4-e5F6-g7H8-i9J0-Kl1mNo";
-    const LV_UUID: &str = "Rt7uVw-2cD3-e4F5-g6H7-i8J9-k0L1-Mn2oPq";
-
-    fn request(zvol: &str, lv: Option<(&str, &str)>, policy: &str) -> pb::CreateVolumeRequest {
-        pb::CreateVolumeRequest {
-            volume_id: "data-vg/legacy".into(),
-            import_zvol: zvol.into(),
-            import_lv: lv.map(|(vg, lv)| lvm_identity(vg, lv, VG_UUID, LV_UUID)),
-            import_lv_policy: policy.into(),
-            ..Default::default()
-        }
-    }
-
     /// GetCapabilities lists every RPC `agent.proto` declares, in its order:
     /// an RPC added to the contract and not to the list fails here.
     #[tokio::test]
     async fn get_capabilities_lists_the_rpcs_the_proto_declares() -> Result<(), AgentError> {
-        let declared: Vec<&str> = include_str!("../../proto/pillar_csi/agent/v1/agent.proto")
+        let declared: Vec<&str> = include_str!("../../../proto/pillar_csi/agent/v1/agent.proto")
             .lines()
             .filter_map(|l| l.trim_start().strip_prefix("rpc "))
             .filter_map(|l| l.split('(').next())
@@ -672,43 +471,6 @@ mod tests {
             .into_inner();
         assert!(!declared.is_empty());
         assert_eq!(caps.rpcs, declared);
-        Ok(())
-    }
-
-    #[test]
-    fn import_fields_become_one_checked_source() -> Result<(), AgentError> {
-        assert_eq!(import_source(&request("", None, ""))?, None);
-        assert_eq!(
-            import_source(&request("tank/k8s/v", None, ""))?,
-            Some(ImportSource::Zvol {
-                dataset: "tank/k8s/v".into()
-            })
-        );
-        let Some(ImportSource::Lv { identity, policy }) =
-            import_source(&request("", Some(("data-vg", "legacy")), ""))?
-        else {
-            panic!("an LV source");
-        };
-        assert_eq!(identity.lv_uuid.as_str(), LV_UUID);
-        assert_eq!(policy, api::annotations::LvPolicy::PreserveOriginal);
-        assert!(matches!(
-            import_source(&request("", Some(("data-vg", "legacy")), "Managed"))?,
-            Some(ImportSource::Lv {
-                policy: api::annotations::LvPolicy::Managed,
-                ..
-            })
-        ));
-        for bad in [
-            request("tank/k8s/v", Some(("data-vg", "legacy")), ""),
-            request("", Some(("data-vg", "legacy")), "managed"),
-            request("", Some(("data-vg", "a/b")), ""),
-            request("", Some(("data vg", "legacy")), ""),
-        ] {
-            assert!(
-                matches!(import_source(&bad), Err(AgentError::InvalidArgument(_))),
-                "{bad:?}"
-            );
-        }
         Ok(())
     }
 }
