@@ -18,8 +18,27 @@ struct Cli {
 enum Command {
     /// Run the storage-node agent (gRPC, port 9500).
     Agent(Box<AgentArgs>),
+    /// Run the CSI node plugin (Identity and Node services on a unix socket).
+    Node(NodeArgs),
     /// Print the version and the commit this binary was built from.
     Version,
+}
+
+/// The node plugin's flags.
+#[derive(Args)]
+struct NodeArgs {
+    /// The CSI endpoint kubelet dials.
+    #[arg(long, default_value = "unix:///csi/csi.sock")]
+    endpoint: String,
+    /// This Kubernetes node's name (the pod's `spec.nodeName`).
+    #[arg(long)]
+    node_name: String,
+    /// Folder of per-volume staging records.
+    #[arg(long, default_value = "/var/lib/pillar-csi/node")]
+    state_dir: PathBuf,
+    /// iSCSI is used on this node: Probe then needs a reachable iscsid.
+    #[arg(long)]
+    iscsi: bool,
 }
 
 /// Flags override the configuration file.
@@ -116,6 +135,41 @@ fn run_agent(args: AgentArgs) -> Result<(), String> {
     })
 }
 
+fn run_node(args: NodeArgs) -> Result<(), String> {
+    use csi::node::{Fault, Node, NodeConfig};
+    let mut config = NodeConfig::new(&args.node_name);
+    config.state_dir = args.state_dir;
+    config.iscsi = args.iscsi;
+    // Tests only: stop NodeStageVolume at a chosen point (see `Fault`).
+    config.fault = std::env::var("PILLAR_CSI_NODE_FAULT")
+        .ok()
+        .and_then(|v| Fault::parse(&v));
+    let socket = csi::endpoint::socket_path(&args.endpoint).map_err(|e| e.to_string())?;
+    let node = std::sync::Arc::new(Node::new(config).map_err(|e| e.to_string())?);
+    let version = format!(
+        "{} ({})",
+        env!("CARGO_PKG_VERSION"),
+        env!("PILLAR_CSI_COMMIT")
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(64)
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime
+        .block_on(csi::endpoint::serve_node(node, &version, &socket))
+        .map_err(|e| e.to_string())
+}
+
+fn init_logs() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -127,13 +181,18 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Node(args) => {
+            init_logs();
+            match run_node(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("pillar-csi node: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Agent(args) => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .init();
+            init_logs();
             match run_agent(*args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

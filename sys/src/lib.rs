@@ -9,6 +9,8 @@
 //!   import-lv-policy), checked once for the agent and the controller.
 //! - [`blkid`]: a read-only filesystem and partition-table signature probe
 //!   through libblkid.
+//! - [`fsgrow`]: growing a mounted ext4 or XFS filesystem online through
+//!   the kernel's resize ioctls.
 //! - [`block`]: a block device's identity, size and partitions, and who uses
 //!   it (mounts, device-mapper holders, an exclusive-open probe, LIO and
 //!   nvmet exports).
@@ -46,6 +48,7 @@
 pub mod adopt;
 pub mod blkid;
 pub mod block;
+pub mod fsgrow;
 pub mod lvm;
 pub mod udev;
 pub mod zfs;
