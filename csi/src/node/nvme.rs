@@ -288,7 +288,7 @@ mod tests {
             h.namespace_disk(NQN, 1, "nvme2").as_deref(),
             Some("nvme2n1")
         );
-        assert_eq!(h.controllers(&target(), "nqn.host"), vec!["nvme1"]);
+        assert_eq!(h.controllers(&target(), "nqn.host"), vec!["nvme1", "nvme2"]);
         assert!(h.controllers(&target(), "nqn.other-host").is_empty());
     }
 
