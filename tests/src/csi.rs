@@ -33,9 +33,14 @@ impl NodePlugin {
     /// in the lab's work folder), with iSCSI on, and waits until Probe says
     /// ready.
     pub async fn start(lab: &Lab, name: &str) -> Result<Self> {
+        Self::start_in(lab, name, lab.work.join(format!("{name}.node-state"))).await
+    }
+
+    /// As [`NodePlugin::start`], keeping staging records in `state_dir`.
+    pub async fn start_in(lab: &Lab, name: &str, state_dir: PathBuf) -> Result<Self> {
         let mut plugin = Self {
             socket: lab.work.join(format!("{name}.csi.sock")),
-            state_dir: lab.work.join(format!("{name}.node-state")),
+            state_dir,
             log: lab.work.join(format!("{name}.node.log")),
             child: None,
         };
