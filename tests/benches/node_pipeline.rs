@@ -153,9 +153,10 @@ fn peer(v: &Vol, i: usize, root: &Path, steps: &Mutex<Steps>) -> Result<()> {
         .code()
         == Some(2);
     lap(&mut |s, d| s.blkid += d);
-    if blank {
-        run("mkfs.ext4", &["-q", "-F", "-m0", &dev])?;
+    if !blank {
+        return Err(format!("{dev} is not blank: the round would not format").into());
     }
+    run("mkfs.ext4", &["-q", "-F", "-m0", &dev])?;
     lap(&mut |s, d| s.mkfs += d);
     fs::create_dir_all(&staging)?;
     fs::create_dir_all(&target)?;
@@ -201,10 +202,27 @@ fn disk_of(nqn: &str, nsid: u32) -> Option<String> {
         })
 }
 
-/// Removes every signature from the storage side, so each round formats.
+/// Removes every signature from the storage side, so each round formats,
+/// and checks that libblkid sees each volume blank. The initiators write
+/// through nvmet, past the storage side's page cache of the zvol, so that
+/// cache is dropped first (else wipefs reads stale blocks and erases
+/// nothing).
 fn wipe(vols: &[Vol]) -> Result<()> {
     for v in vols {
+        run("blockdev", &["--flushbufs", &v.device])?;
         run("wipefs", &["-a", "-q", &v.device])?;
+        run("blockdev", &["--flushbufs", &v.device])?;
+        let probe = std::process::Command::new("blkid")
+            .args(["-p", &v.device])
+            .output()?;
+        if probe.status.code() != Some(2) {
+            return Err(format!(
+                "{} is not blank after wipefs: {}",
+                v.device,
+                String::from_utf8_lossy(&probe.stdout)
+            )
+            .into());
+        }
     }
     Ok(())
 }

@@ -146,22 +146,103 @@ impl Attacher {
         if !device.exists() {
             return Some(format!("the device {} is gone", device.display()));
         }
-        let state_file = self
-            .nvme
-            .sys
-            .join("class/block")
-            .join(&disk)
-            .join("device/state");
-        match fs::read_to_string(&state_file).map(|s| s.trim().to_owned()) {
-            Err(_) => Some(format!("the disk {disk} is gone from sysfs")),
-            Ok(state) if state == "live" || state == "running" => None,
-            Ok(state) => Some(format!(
-                "the disk {disk} is not reachable: its {} is {state:?}",
-                match Protocol::parse(&r.protocol) {
-                    Some(Protocol::NvmeofTcp) => "NVMe controller",
-                    _ => "SCSI device",
-                }
-            )),
+        let parent = self.nvme.sys.join("class/block").join(&disk).join("device");
+        if !parent.exists() {
+            return Some(format!("the disk {disk} is gone from sysfs"));
         }
+        // A SCSI device or an NVMe controller has a state; a native
+        // multipath disk hangs off its subsystem, whose controllers do.
+        let states: Vec<String> = match fs::read_to_string(parent.join("state")) {
+            Ok(state) => vec![state.trim().to_owned()],
+            Err(_) => fs::read_dir(&parent)
+                .map(|it| {
+                    it.filter_map(|e| e.ok())
+                        .filter_map(|e| fs::read_to_string(e.path().join("state")).ok())
+                        .map(|s| s.trim().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        if states.iter().any(|s| s == "live" || s == "running") {
+            return None;
+        }
+        Some(format!(
+            "the disk {disk} is not reachable: its {} state is {states:?}",
+            match Protocol::parse(&r.protocol) {
+                Some(Protocol::NvmeofTcp) => "NVMe controller",
+                _ => "SCSI device",
+            }
+        ))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::node::record::Phase;
+
+    fn attacher(sys: &Path) -> Attacher {
+        Attacher {
+            nvme: NvmeHost {
+                sys: sys.to_owned(),
+                fabrics: sys.join("nvme-fabrics"),
+            },
+            iscsi: IscsiHost {
+                sys: sys.to_owned(),
+            },
+            host: HostIdentity {
+                nqn: "nqn.host".into(),
+                id: "id".into(),
+            },
+            device_wait: Duration::from_secs(1),
+        }
+    }
+
+    fn record(device: &Path) -> StagingRecord {
+        StagingRecord {
+            volume_id: "v".into(),
+            staging_path: "/s".into(),
+            protocol: "nvmeof-tcp".into(),
+            address: "127.0.0.1".into(),
+            port: 4420,
+            target: "nqn.t".into(),
+            lun: 1,
+            fs_type: None,
+            mount_flags: vec![],
+            device: Some(device.to_owned()),
+            phase: Phase::Staged,
+        }
+    }
+
+    #[test]
+    fn the_transport_state_decides_the_volume_condition() {
+        let root = tempfile::tempdir().unwrap();
+        let sys = root.path().join("sys");
+        let dev = root.path().join("nvme1n1");
+        fs::write(&dev, b"").unwrap();
+        let a = attacher(&sys);
+        let r = record(&dev);
+        assert!(a.abnormal(&r).unwrap().contains("gone from sysfs"));
+        let ctrl = sys.join("class/block/nvme1n1/device");
+        fs::create_dir_all(&ctrl).unwrap();
+        fs::write(ctrl.join("state"), "connecting\n").unwrap();
+        let why = a.abnormal(&r).unwrap();
+        assert!(
+            why.contains("NVMe controller") && why.contains("connecting"),
+            "{why}"
+        );
+        fs::write(ctrl.join("state"), "live\n").unwrap();
+        assert_eq!(a.abnormal(&r), None);
+        // Native multipath: the disk hangs off the subsystem.
+        fs::remove_file(ctrl.join("state")).unwrap();
+        fs::create_dir_all(ctrl.join("nvme3")).unwrap();
+        fs::write(ctrl.join("nvme3/state"), "resetting\n").unwrap();
+        assert!(a.abnormal(&r).is_some());
+        fs::create_dir_all(ctrl.join("nvme4")).unwrap();
+        fs::write(ctrl.join("nvme4/state"), "live\n").unwrap();
+        assert_eq!(a.abnormal(&r), None);
+        fs::remove_file(&dev).unwrap();
+        assert!(a.abnormal(&r).unwrap().contains("is gone"));
     }
 }
