@@ -4,7 +4,7 @@
 use clap::Args;
 use csi::controller::{
     agents::{AgentTls, Agents},
-    server, Controller,
+    Controller,
 };
 use std::path::PathBuf;
 
@@ -88,7 +88,7 @@ async fn kube_client(args: &ControllerArgs) -> Result<kube::Client, String> {
 /// Runs the subcommand until SIGTERM or SIGINT.
 pub fn run(args: ControllerArgs) -> Result<(), String> {
     let tls = agent_tls(&args)?;
-    server::socket_path(&args.endpoint).map_err(|e| e.to_string())?;
+    let socket = csi::endpoint::socket_path(&args.endpoint).map_err(|e| e.to_string())?;
     // kube's and tonic's rustls need one process-wide provider; an error
     // means one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -100,19 +100,7 @@ pub fn run(args: ControllerArgs) -> Result<(), String> {
     runtime.block_on(async {
         let client = kube_client(&args).await?;
         let controller = Controller::new(client, agents);
-        let shutdown = async {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => return,
-                };
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = tokio::signal::ctrl_c() => {},
-            }
-        };
-        tracing::info!(endpoint = %args.endpoint, "serving the CSI Controller service");
-        server::serve(controller, &args.endpoint, shutdown)
+        csi::endpoint::serve_controller(controller, crate::VERSION, &socket)
             .await
             .map_err(|e| e.to_string())
     })

@@ -8,11 +8,20 @@ use std::{net::IpAddr, net::SocketAddr, path::PathBuf, process::ExitCode};
 
 mod controller_cmd;
 mod crds;
+mod node_cmd;
+
+/// The version and the commit this binary was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("PILLAR_CSI_COMMIT"),
+    ")"
+);
 
 #[derive(Parser)]
 #[command(
     name = "pillar-csi",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("PILLAR_CSI_COMMIT"), ")"),
+    version = VERSION,
     about = "CSI driver for ZFS zvols and LVM logical volumes over NVMe-oF/TCP and iSCSI"
 )]
 struct Cli {
@@ -39,6 +48,8 @@ enum Command {
         /// The PillarVolumeState (`kubectl get pillarvolumestate -o json`).
         pvs_json: PathBuf,
     },
+    /// Run the CSI node plugin (Identity and Node services on a unix socket).
+    Node(node_cmd::NodeArgs),
     /// Print the version and the commit this binary was built from.
     Version,
 }
@@ -124,11 +135,6 @@ fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
 fn run_agent(args: AgentArgs) -> Result<(), String> {
     let config = agent_config(args)?;
     pillar_csi_agent::crash::arm();
-    let version = format!(
-        "{} ({})",
-        env!("CARGO_PKG_VERSION"),
-        env!("PILLAR_CSI_COMMIT")
-    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(64)
@@ -137,7 +143,7 @@ fn run_agent(args: AgentArgs) -> Result<(), String> {
     runtime.block_on(async {
         let backends = server::open_backends(&config).map_err(|e| e.to_string())?;
         let agent = server::build(&config, backends).map_err(|e| e.to_string())?;
-        server::serve(&config, agent, &version)
+        server::serve(&config, agent, crate::VERSION)
             .await
             .map_err(|e| e.to_string())
     })
@@ -156,11 +162,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Version => {
-            println!(
-                "pillar-csi {} ({})",
-                env!("CARGO_PKG_VERSION"),
-                env!("PILLAR_CSI_COMMIT")
-            );
+            println!("pillar-csi {VERSION}");
             ExitCode::SUCCESS
         }
         Command::Controller(args) => {
@@ -169,6 +171,16 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("pillar-csi controller: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Node(args) => {
+            init_tracing();
+            match node_cmd::run(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("pillar-csi node: {e}");
                     ExitCode::FAILURE
                 }
             }

@@ -6,7 +6,14 @@
 //!   ControllerPublishVolume receives, carrying the node's initiator names.
 //! - [`publish_context`]: what ControllerPublishVolume hands to
 //!   NodeStageVolume (where to connect, which namespace or LUN).
+//! - [`identity`]: the Identity service (driver name, capabilities, Probe).
+//! - [`node`]: the Node service (attach, format blank devices, mount,
+//!   publish, expand, stats).
+//! - [`endpoint`]: serving on kubelet's unix socket.
 
 pub mod controller;
+pub mod endpoint;
+pub mod identity;
+pub mod node;
 pub mod node_id;
 pub mod publish_context;

@@ -494,7 +494,7 @@ pub fn probe_exclusive(path: &Path) -> Exclusive {
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, and so on).
-fn unescape(field: &str) -> String {
+pub fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

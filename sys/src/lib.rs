@@ -7,6 +7,8 @@
 //! - [`udev`]: waiting for a device node that udev creates.
 //! - [`blkid`]: a read-only filesystem and partition-table signature probe
 //!   through libblkid.
+//! - [`fsgrow`]: growing a mounted ext4 or XFS filesystem online through
+//!   the kernel's resize ioctls.
 //! - [`block`]: a block device's identity, size and partitions, and who uses
 //!   it (mounts, device-mapper holders, an exclusive-open probe, LIO and
 //!   nvmet exports).
@@ -43,6 +45,7 @@
 
 pub mod blkid;
 pub mod block;
+pub mod fsgrow;
 pub mod lvm;
 pub mod udev;
 pub mod zfs;

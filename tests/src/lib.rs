@@ -14,6 +14,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod block;
 pub mod cmd;
+pub mod csi;
 pub mod env;
 pub mod iscsi;
 pub mod mount;

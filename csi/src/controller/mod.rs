@@ -10,7 +10,6 @@
 //! - [`resolve`]: PillarStorageClass → PillarStore → PillarAgent, PillarProtocol;
 //! - [`state`]: the PillarVolumeState store and the fence token;
 //! - [`agents`]: channels to agents; [`error`]: the one mapping to gRPC codes;
-//! - [`server`]: serving it on a unix socket.
 
 pub mod agents;
 pub mod capabilities;
@@ -18,7 +17,6 @@ pub mod error;
 pub mod listing;
 pub mod publish;
 pub mod resolve;
-pub mod server;
 pub mod state;
 pub mod volumes;
 

@@ -1,0 +1,139 @@
+//! Filesystems on staged devices: a libblkid probe decides; only a device
+//! with no signature at all is formatted. A device holding a filesystem of
+//! another type, a partition table or anything else is refused, never
+//! formatted.
+//!
+//! mkfs runs as a program: the filesystems' creation code lives only in
+//! their tools (e2fsprogs, xfsprogs), there is no library to call.
+use super::command::run_ok;
+use super::error::{Error, Result};
+use std::{path::Path, time::Duration};
+use sys::blkid::Probe;
+
+/// The filesystem used when a volume capability names none.
+pub const DEFAULT_FS_TYPE: &str = "ext4";
+/// The filesystems the node formats and grows.
+pub const SUPPORTED: [&str; 2] = ["ext4", "xfs"];
+/// How long one mkfs may take.
+const MKFS_LIMIT: Duration = Duration::from_secs(600);
+
+/// The filesystem type a capability asks for (empty: the default), refused
+/// when unsupported.
+pub fn requested_fs_type(fs_type: &str) -> Result<&str> {
+    match fs_type {
+        "" => Ok(DEFAULT_FS_TYPE),
+        t if SUPPORTED.contains(&t) => Ok(t),
+        t => Err(Error::invalid(format!(
+            "fsType {t:?} is not supported (supported: {})",
+            SUPPORTED.join(", ")
+        ))),
+    }
+}
+
+/// What [`ensure_filesystem`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The device was blank and now holds a new filesystem.
+    Formatted,
+    /// The device already held a filesystem of the requested type.
+    Reused,
+}
+
+/// Whether a probe result may be formatted as `fs_type` or reused; `Err`
+/// names what was found.
+pub fn decide(device: &Path, probe: &Probe, fs_type: &str) -> Result<Option<Outcome>> {
+    let dev = device.display();
+    let refuse = |found: String| {
+        Err(Error::precondition(format!(
+            "{dev} holds {found}, not a {fs_type} filesystem: refusing to format a device that is not blank"
+        )))
+    };
+    match probe {
+        Probe::Blank => Ok(None),
+        Probe::Filesystem { fs_type: found } if found == fs_type => Ok(Some(Outcome::Reused)),
+        Probe::Filesystem { fs_type: found } => refuse(format!("a {found} filesystem")),
+        Probe::PartitionTable { pt_type } => refuse(format!("a {pt_type} partition table")),
+        Probe::Other { kind, usage } => refuse(format!(
+            "a {kind} signature{}",
+            usage
+                .as_ref()
+                .map(|u| format!(" ({u})"))
+                .unwrap_or_default()
+        )),
+        Probe::Unknown(why) => Err(Error::precondition(format!(
+            "{dev} could not be probed ({why}): refusing to format it"
+        ))),
+    }
+}
+
+/// Makes sure `device` holds a `fs_type` filesystem: probes it, formats it
+/// only when blank, refuses anything else.
+pub fn ensure_filesystem(device: &Path, fs_type: &str) -> Result<Outcome> {
+    let probe = sys::blkid::probe(device);
+    if let Some(outcome) = decide(device, &probe, fs_type)? {
+        return Ok(outcome);
+    }
+    let dev = device.to_string_lossy();
+    match fs_type {
+        // No discard: the device is blank already, and discarding a large
+        // thin volume only costs time.
+        "ext4" => run_ok("mkfs.ext4", &["-q", "-E", "nodiscard", &dev], MKFS_LIMIT)?,
+        // No -f: mkfs.xfs itself refuses a device with a signature, a second
+        // guard should one appear between the probe and here.
+        "xfs" => run_ok("mkfs.xfs", &["-q", "-K", &dev], MKFS_LIMIT)?,
+        other => {
+            return Err(requested_fs_type(other)
+                .err()
+                .unwrap_or_else(|| Error::internal(format!("no mkfs for {other}"))))
+        }
+    };
+    Ok(Outcome::Formatted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_blank_devices_are_formatted_and_the_rest_named() {
+        let dev = Path::new("/dev/nvme0n1");
+        assert_eq!(decide(dev, &Probe::Blank, "ext4"), Ok(None));
+        let ext4 = Probe::Filesystem {
+            fs_type: "ext4".into(),
+        };
+        assert_eq!(decide(dev, &ext4, "ext4"), Ok(Some(Outcome::Reused)));
+        let cases = [
+            (ext4, "a ext4 filesystem"),
+            (
+                Probe::PartitionTable {
+                    pt_type: "gpt".into(),
+                },
+                "a gpt partition table",
+            ),
+            (
+                Probe::Other {
+                    kind: "LVM2_member".into(),
+                    usage: Some("raid".into()),
+                },
+                "LVM2_member",
+            ),
+            (Probe::Unknown("ambiguous".into()), "ambiguous"),
+        ];
+        for (probe, found) in cases {
+            let e = decide(dev, &probe, "xfs").expect_err("refused");
+            assert_eq!(e.kind, super::super::error::Kind::FailedPrecondition);
+            assert!(
+                e.message.contains(found) && e.message.contains("/dev/nvme0n1"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn fs_types_default_and_unknown_ones_are_refused() {
+        assert_eq!(requested_fs_type(""), Ok("ext4"));
+        assert_eq!(requested_fs_type("xfs"), Ok("xfs"));
+        let e = requested_fs_type("btrfs").expect_err("unsupported");
+        assert!(e.message.contains("btrfs"), "{e}");
+    }
+}

@@ -1,0 +1,246 @@
+//! The CSI Node gRPC service: checks each request's fields, runs the work on
+//! a blocking thread inside a tracing span carrying the volume ID, and maps
+//! results to CSI's replies and status codes.
+use super::error::{Error, Result};
+use super::publish::PublishRequest;
+use super::stage::{Access, StageRequest};
+use super::{format::requested_fs_type, Node};
+use crate::publish_context::PublishContext;
+use pillar_csi_proto::csi::v1::{
+    self as pb, node_server, node_service_capability, volume_capability::AccessType,
+    volume_usage::Unit,
+};
+use std::{path::PathBuf, sync::Arc};
+use tonic::{Request, Response, Status};
+use tracing::Instrument;
+
+/// The node service over a [`Node`].
+#[derive(Debug, Clone)]
+pub struct NodeService {
+    node: Arc<Node>,
+}
+
+impl NodeService {
+    /// Serves `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Self { node }
+    }
+
+    /// Runs `work` on a blocking thread in a span named `rpc` with the
+    /// volume ID, logging the outcome.
+    async fn run<T: Send + 'static>(
+        &self,
+        rpc: &'static str,
+        volume_id: &str,
+        work: impl FnOnce(&Node) -> Result<T> + Send + 'static,
+    ) -> Result<T, Status> {
+        let span = tracing::info_span!("csi", rpc, volume_id = %volume_id);
+        let node = self.node.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let result = tokio::task::spawn_blocking(move || work(&node))
+                .await
+                .map_err(|e| Status::internal(format!("{rpc}: the worker failed: {e}")))?;
+            match &result {
+                Ok(_) => tracing::info!(took = ?started.elapsed(), "ok"),
+                Err(e) => tracing::warn!(took = ?started.elapsed(), code = ?e.kind, "{e}"),
+            }
+            result.map_err(Error::into_status)
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is missing")));
+    }
+    Ok(value)
+}
+
+fn access_of(capability: Option<&pb::VolumeCapability>) -> Result<Access, Status> {
+    let capability =
+        capability.ok_or_else(|| Status::invalid_argument("volume_capability is missing"))?;
+    match &capability.access_type {
+        Some(AccessType::Block(_)) => Ok(Access::Block),
+        Some(AccessType::Mount(m)) => Ok(Access::Mount {
+            fs_type: requested_fs_type(&m.fs_type)
+                .map_err(Error::into_status)?
+                .to_owned(),
+            flags: m.mount_flags.clone(),
+        }),
+        None => Err(Status::invalid_argument(
+            "volume_capability has neither block nor mount access",
+        )),
+    }
+}
+
+fn rpc_capability(t: node_service_capability::rpc::Type) -> pb::NodeServiceCapability {
+    pb::NodeServiceCapability {
+        r#type: Some(node_service_capability::Type::Rpc(
+            node_service_capability::Rpc { r#type: t as i32 },
+        )),
+    }
+}
+
+#[tonic::async_trait]
+impl node_server::Node for NodeService {
+    async fn node_stage_volume(
+        &self,
+        request: Request<pb::NodeStageVolumeRequest>,
+    ) -> Result<Response<pb::NodeStageVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let volume_id = required("volume_id", &r.volume_id)?.to_owned();
+        let staging = required("staging_target_path", &r.staging_target_path)?;
+        let req = StageRequest {
+            volume_id: volume_id.clone(),
+            staging_path: PathBuf::from(staging),
+            context: PublishContext::from_map(&r.publish_context)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?,
+            access: access_of(r.volume_capability.as_ref())?,
+        };
+        self.run("NodeStageVolume", &volume_id, move |n| n.stage(&req))
+            .await?;
+        Ok(Response::new(pb::NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<pb::NodeUnstageVolumeRequest>,
+    ) -> Result<Response<pb::NodeUnstageVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let volume_id = required("volume_id", &r.volume_id)?.to_owned();
+        let staging = PathBuf::from(required("staging_target_path", &r.staging_target_path)?);
+        let id = volume_id.clone();
+        self.run("NodeUnstageVolume", &volume_id, move |n| {
+            n.unstage(&id, &staging)
+        })
+        .await?;
+        Ok(Response::new(pb::NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<pb::NodePublishVolumeRequest>,
+    ) -> Result<Response<pb::NodePublishVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let volume_id = required("volume_id", &r.volume_id)?.to_owned();
+        let staging = PathBuf::from(required("staging_target_path", &r.staging_target_path)?);
+        let target = PathBuf::from(required("target_path", &r.target_path)?);
+        let block = access_of(r.volume_capability.as_ref())? == Access::Block;
+        let (id, read_only) = (volume_id.clone(), r.readonly);
+        self.run("NodePublishVolume", &volume_id, move |n| {
+            n.publish(&PublishRequest {
+                volume_id: &id,
+                staging_path: &staging,
+                target_path: &target,
+                block,
+                read_only,
+            })
+        })
+        .await?;
+        Ok(Response::new(pb::NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<pb::NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<pb::NodeUnpublishVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let volume_id = required("volume_id", &r.volume_id)?.to_owned();
+        let target = PathBuf::from(required("target_path", &r.target_path)?);
+        let id = volume_id.clone();
+        self.run("NodeUnpublishVolume", &volume_id, move |n| {
+            n.unpublish(&id, &target)
+        })
+        .await?;
+        Ok(Response::new(pb::NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        request: Request<pb::NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<pb::NodeGetVolumeStatsResponse>, Status> {
+        let r = request.into_inner();
+        let volume_id = required("volume_id", &r.volume_id)?.to_owned();
+        let path = PathBuf::from(required("volume_path", &r.volume_path)?);
+        let id = volume_id.clone();
+        let stats = self
+            .run("NodeGetVolumeStats", &volume_id, move |n| {
+                n.stats(&id, &path)
+            })
+            .await?;
+        let usage = |(total, available, used): (u64, u64, u64), unit: Unit| pb::VolumeUsage {
+            total: total as i64,
+            available: available as i64,
+            used: used as i64,
+            unit: unit as i32,
+        };
+        let mut reply = pb::NodeGetVolumeStatsResponse {
+            usage: Vec::new(),
+            volume_condition: Some(pb::VolumeCondition {
+                abnormal: stats.abnormal.is_some(),
+                message: stats.abnormal.unwrap_or_else(|| "healthy".into()),
+            }),
+        };
+        if let Some(u) = stats.usage {
+            reply.usage.push(usage(u.bytes, Unit::Bytes));
+            if let Some(inodes) = u.inodes {
+                reply.usage.push(usage(inodes, Unit::Inodes));
+            }
+        }
+        Ok(Response::new(reply))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        request: Request<pb::NodeExpandVolumeRequest>,
+    ) -> Result<Response<pb::NodeExpandVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let volume_id = required("volume_id", &r.volume_id)?.to_owned();
+        required("volume_path", &r.volume_path)?;
+        let required_bytes = r
+            .capacity_range
+            .map(|c| c.required_bytes.max(0) as u64)
+            .unwrap_or(0);
+        let id = volume_id.clone();
+        let size = self
+            .run("NodeExpandVolume", &volume_id, move |n| {
+                n.expand(&id, required_bytes)
+            })
+            .await?;
+        Ok(Response::new(pb::NodeExpandVolumeResponse {
+            capacity_bytes: size as i64,
+        }))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _request: Request<pb::NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<pb::NodeGetCapabilitiesResponse>, Status> {
+        use node_service_capability::rpc::Type;
+        Ok(Response::new(pb::NodeGetCapabilitiesResponse {
+            capabilities: [
+                Type::StageUnstageVolume,
+                Type::ExpandVolume,
+                Type::GetVolumeStats,
+                Type::VolumeCondition,
+            ]
+            .into_iter()
+            .map(rpc_capability)
+            .collect(),
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _request: Request<pb::NodeGetInfoRequest>,
+    ) -> Result<Response<pb::NodeGetInfoResponse>, Status> {
+        Ok(Response::new(pb::NodeGetInfoResponse {
+            node_id: self.node.node_id().to_string(),
+            max_volumes_per_node: 0,
+            accessible_topology: None,
+        }))
+    }
+}

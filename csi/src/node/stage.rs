@@ -1,0 +1,244 @@
+//! NodeStageVolume and NodeUnstageVolume: attach, format when blank and
+//! mount at the staging path; and undo it, ending the connection only when
+//! no other staged volume uses it.
+use super::error::{Error, Result};
+use super::format::{ensure_filesystem, Outcome};
+use super::mounts::{mount_at, mount_filesystem, split_options, unmount_path};
+use super::record::{Phase, StagingRecord};
+use super::{Fault, Node};
+use crate::publish_context::PublishContext;
+use std::{
+    path::{Path, PathBuf},
+    sync::mpsc,
+    time::Duration,
+};
+use sys::block::{DevNum, Host};
+
+/// How long an unmount may block (a filesystem whose device vanished
+/// cannot flush) before the mount is detached lazily and Unstage goes on to
+/// end the connection, which fails the stuck I/O.
+pub const UNMOUNT_WAIT: Duration = Duration::from_secs(10);
+
+/// What a volume is staged as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// A raw block device; nothing is mounted at staging.
+    Block,
+    /// A filesystem, mounted at staging.
+    Mount {
+        /// `ext4` or `xfs`.
+        fs_type: String,
+        /// CSI mount flags.
+        flags: Vec<String>,
+    },
+}
+
+/// One NodeStageVolume call, checked.
+#[derive(Debug, Clone)]
+pub struct StageRequest {
+    /// The CSI volume ID.
+    pub volume_id: String,
+    /// The staging path.
+    pub staging_path: PathBuf,
+    /// Where to attach from.
+    pub context: PublishContext,
+    /// Block or filesystem.
+    pub access: Access,
+}
+
+/// The device number of a device node.
+pub fn devnum(device: &Path) -> Result<DevNum> {
+    Host::default()
+        .device(device)
+        .map(|d| d.devnum)
+        .map_err(|e| Error::internal(e.to_string()))
+}
+
+impl StageRequest {
+    fn record(&self) -> StagingRecord {
+        let (fs_type, mount_flags) = match &self.access {
+            Access::Block => (None, Vec::new()),
+            Access::Mount { fs_type, flags } => (Some(fs_type.clone()), flags.clone()),
+        };
+        StagingRecord {
+            volume_id: self.volume_id.clone(),
+            staging_path: self.staging_path.clone(),
+            protocol: self.context.protocol.as_str().to_owned(),
+            address: self.context.address.to_string(),
+            port: self.context.port,
+            target: self.context.target.clone(),
+            lun: self.context.lun,
+            fs_type,
+            mount_flags,
+            device: None,
+            phase: Phase::Attaching,
+        }
+    }
+}
+
+/// Whether a repeated Stage asks for what the record holds (the device and
+/// phase aside).
+fn same_request(have: &StagingRecord, want: &StagingRecord) -> bool {
+    let strip = |r: &StagingRecord| StagingRecord {
+        device: None,
+        phase: Phase::Attaching,
+        ..r.clone()
+    };
+    strip(have) == strip(want)
+}
+
+fn connection_key(r: &StagingRecord) -> String {
+    format!("{}|{}|{}|{}", r.protocol, r.address, r.port, r.target)
+}
+
+impl Node {
+    /// NodeStageVolume.
+    pub fn stage(&self, req: &StageRequest) -> Result<()> {
+        self.volume_locks
+            .with(&req.volume_id, || self.stage_locked(req))
+    }
+
+    fn stage_locked(&self, req: &StageRequest) -> Result<()> {
+        let want = req.record();
+        let mut record = match self.records.load(&req.volume_id)? {
+            Some(have) if !same_request(&have, &want) => {
+                return Err(Error::exists(format!(
+                    "volume {} is already staged at {} ({} {} LUN {}, {}); this call asks for {} ({} {} LUN {}, {})",
+                    req.volume_id,
+                    have.staging_path.display(),
+                    have.protocol,
+                    have.target,
+                    have.lun,
+                    have.fs_type.as_deref().unwrap_or("block"),
+                    want.staging_path.display(),
+                    want.protocol,
+                    want.target,
+                    want.lun,
+                    want.fs_type.as_deref().unwrap_or("block"),
+                )))
+            }
+            Some(have) => have,
+            None => want,
+        };
+        // Attach every time: it reuses the connection and finds the device
+        // again (its name may have changed since a restart).
+        let device = self.connection_locks.with(&connection_key(&record), || {
+            if record.phase == Phase::Attaching {
+                self.records.save(&record)?;
+            }
+            self.attacher.attach(&req.context)
+        })?;
+        if record.device.as_ref() != Some(&device) || record.phase == Phase::Attaching {
+            record.device = Some(device.clone());
+            record.phase = record.phase.max_attached();
+            self.records.save(&record)?;
+        }
+        if let Access::Mount { fs_type, flags } = &req.access {
+            self.mount_staging(req, &device, fs_type, flags)?;
+        }
+        if record.phase != Phase::Staged {
+            record.phase = Phase::Staged;
+            self.records.save(&record)?;
+        }
+        Ok(())
+    }
+
+    fn mount_staging(
+        &self,
+        req: &StageRequest,
+        device: &Path,
+        fs_type: &str,
+        flags: &[String],
+    ) -> Result<()> {
+        let options = split_options(flags)?;
+        let dev = devnum(device)?;
+        if let Some(m) = mount_at(&req.staging_path)? {
+            if m.devnum == dev && m.fs_type == fs_type {
+                return Ok(());
+            }
+            return Err(Error::exists(format!(
+                "{} already has {} ({}) mounted, not {} of volume {}",
+                req.staging_path.display(),
+                m.source,
+                m.fs_type,
+                device.display(),
+                req.volume_id
+            )));
+        }
+        let outcome = ensure_filesystem(device, fs_type)?;
+        tracing::info!(device = %device.display(), fs_type, formatted = (outcome == Outcome::Formatted), "filesystem ready");
+        if self.config.fault == Some(Fault::HangBeforeMount) {
+            tracing::warn!("fault injected: hanging before the mount");
+            loop {
+                std::thread::park();
+            }
+        }
+        std::fs::create_dir_all(&req.staging_path)
+            .map_err(|e| Error::io(req.staging_path.display(), e))?;
+        mount_filesystem(device, &req.staging_path, fs_type, &options)
+    }
+
+    /// NodeUnstageVolume: unmounts the staging path, ends the connection if
+    /// no other staged volume uses it, forgets the volume. A volume not
+    /// staged is fine.
+    pub fn unstage(&self, volume_id: &str, staging_path: &Path) -> Result<()> {
+        self.volume_locks.with(volume_id, || {
+            unmount_bounded(staging_path)?;
+            let Some(record) = self.records.load(volume_id)? else {
+                return Ok(());
+            };
+            if record.staging_path != staging_path {
+                tracing::warn!(
+                    recorded = %record.staging_path.display(),
+                    "the volume is staged at another path; nothing done"
+                );
+                return Ok(());
+            }
+            self.connection_locks.with(&connection_key(&record), || {
+                let shared = self
+                    .records
+                    .all()?
+                    .iter()
+                    .any(|o| o.volume_id != record.volume_id && o.shares_connection(&record));
+                if shared {
+                    tracing::info!(target = %record.target, "connection kept: another staged volume uses it");
+                } else {
+                    self.attacher.detach(&record)?;
+                }
+                self.records.remove(volume_id)
+            })
+        })
+    }
+}
+
+impl Phase {
+    fn max_attached(self) -> Phase {
+        match self {
+            Phase::Attaching | Phase::Attached => Phase::Attached,
+            Phase::Staged => Phase::Staged,
+        }
+    }
+}
+
+/// Unmounts whatever is mounted at `path` (none is fine). An unmount that
+/// blocks longer than [`UNMOUNT_WAIT`] (its device is gone) is left to
+/// finish in the background and the mount detached lazily.
+pub fn unmount_bounded(path: &Path) -> Result<()> {
+    while mount_at(path)?.is_some() {
+        let (tx, rx) = mpsc::channel();
+        let target = path.to_owned();
+        std::thread::spawn(move || {
+            let _ = tx.send(unmount_path(&target, false));
+        });
+        match rx.recv_timeout(UNMOUNT_WAIT) {
+            Ok(result) => result?,
+            Err(_) => {
+                tracing::warn!(path = %path.display(), "unmount blocked; detaching lazily");
+                if mount_at(path)?.is_some() {
+                    unmount_path(path, true)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! NodeExpandVolume and NodeGetVolumeStats: a staged volume's size, growth
+//! and health.
+use super::error::{Error, Kind, Result};
+use super::record::{Phase, StagingRecord};
+use super::Node;
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+use sys::block::Host;
+
+/// How long NodeExpandVolume waits for the device to show its new size.
+pub const SIZE_WAIT: Duration = Duration::from_secs(60);
+/// How often the size is read while waiting (a rescan is asked every
+/// [`RESCAN_EVERY`]).
+const SIZE_POLL: Duration = Duration::from_millis(100);
+/// How often the kernel is asked to read the size again while waiting.
+const RESCAN_EVERY: Duration = Duration::from_secs(2);
+
+/// Bytes and inodes of a mounted filesystem, or the size of a block volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage {
+    /// `(total, available, used)` bytes.
+    pub bytes: (u64, u64, u64),
+    /// `(total, available, used)` inodes; `None` for a block volume.
+    pub inodes: Option<(u64, u64, u64)>,
+}
+
+/// What NodeGetVolumeStats reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// The usage, when the volume is healthy enough to read it.
+    pub usage: Option<Usage>,
+    /// Why the volume is abnormal, `None` when it is not.
+    pub abnormal: Option<String>,
+}
+
+fn device_of(r: &StagingRecord) -> Result<PathBuf> {
+    r.device
+        .clone()
+        .ok_or_else(|| Error::internal(format!("staging record of {} has no device", r.volume_id)))
+}
+
+fn size_of(device: &Path) -> Result<u64> {
+    let host = Host::default();
+    host.device(device)
+        .and_then(|d| host.size_bytes(&d))
+        .map_err(|e| Error::internal(e.to_string()))
+}
+
+impl Node {
+    fn staged(&self, volume_id: &str) -> Result<StagingRecord> {
+        self.records
+            .load(volume_id)?
+            .filter(|r| r.phase == Phase::Staged)
+            .ok_or_else(|| {
+                Error::new(
+                    Kind::NotFound,
+                    format!("volume {volume_id} is not staged on this node"),
+                )
+            })
+    }
+
+    /// NodeExpandVolume: waits (rescanning) until the device is at least
+    /// `required_bytes`, then grows its filesystem online; returns the
+    /// device's size.
+    pub fn expand(&self, volume_id: &str, required_bytes: u64) -> Result<u64> {
+        self.volume_locks.with(volume_id, || {
+            let record = self.staged(volume_id)?;
+            let device = device_of(&record)?;
+            let disk = device
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let start = Instant::now();
+            let mut rescanned: Option<Instant> = None;
+            let size = loop {
+                let size = size_of(&device)?;
+                if size >= required_bytes {
+                    break size;
+                }
+                if start.elapsed() >= SIZE_WAIT {
+                    return Err(Error::new(
+                        Kind::Timeout,
+                        format!(
+                            "{} is {size} bytes, still less than {required_bytes} after {SIZE_WAIT:?}",
+                            device.display()
+                        ),
+                    ));
+                }
+                if rescanned.is_none_or(|t| t.elapsed() >= RESCAN_EVERY) {
+                    self.attacher.rescan(&record, &disk)?;
+                    rescanned = Some(Instant::now());
+                }
+                std::thread::sleep(SIZE_POLL);
+            };
+            if let Some(fs_type) = &record.fs_type {
+                let grown = sys::fsgrow::grow(&record.staging_path, fs_type, size)
+                    .map_err(|e| Error::internal(e.to_string()))?;
+                tracing::info!(size, grown, fs_type = %fs_type, "filesystem grown");
+            }
+            Ok(size)
+        })
+    }
+
+    /// NodeGetVolumeStats for the volume published or staged at
+    /// `volume_path`.
+    pub fn stats(&self, volume_id: &str, volume_path: &Path) -> Result<Stats> {
+        let record = self.staged(volume_id)?;
+        if !volume_path.exists() {
+            return Err(Error::new(
+                Kind::NotFound,
+                format!("{} does not exist", volume_path.display()),
+            ));
+        }
+        if let Some(why) = self.attacher.abnormal(&record) {
+            return Ok(Stats {
+                usage: None,
+                abnormal: Some(why),
+            });
+        }
+        let usage = match &record.fs_type {
+            None => {
+                let size = size_of(&device_of(&record)?)?;
+                Usage {
+                    bytes: (size, 0, size),
+                    inodes: None,
+                }
+            }
+            Some(_) => {
+                let s = rustix::fs::statvfs(volume_path)
+                    .map_err(|e| Error::io(format!("statvfs {}", volume_path.display()), e))?;
+                let block = s.f_frsize;
+                Usage {
+                    bytes: (
+                        s.f_blocks * block,
+                        s.f_bavail * block,
+                        (s.f_blocks - s.f_bfree) * block,
+                    ),
+                    inodes: Some((s.f_files, s.f_ffree, s.f_files - s.f_ffree)),
+                }
+            }
+        };
+        Ok(Stats {
+            usage: Some(usage),
+            abnormal: None,
+        })
+    }
+}

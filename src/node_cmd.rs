@@ -1,0 +1,42 @@
+//! `pillar-csi node`: the CSI node plugin on kubelet's unix socket.
+use clap::Args;
+use std::path::PathBuf;
+
+/// The node plugin's flags.
+#[derive(Args)]
+pub struct NodeArgs {
+    /// The CSI endpoint kubelet dials.
+    #[arg(long, default_value = "unix:///csi/csi.sock")]
+    pub(crate) endpoint: String,
+    /// This Kubernetes node's name (the pod's `spec.nodeName`).
+    #[arg(long)]
+    pub(crate) node_name: String,
+    /// Folder of per-volume staging records.
+    #[arg(long, default_value = "/var/lib/pillar-csi/node")]
+    pub(crate) state_dir: PathBuf,
+    /// iSCSI is used on this node: Probe then needs a reachable iscsid.
+    #[arg(long)]
+    pub(crate) iscsi: bool,
+}
+
+/// Serves the Identity and Node services until SIGTERM or SIGINT.
+pub fn run(args: NodeArgs) -> Result<(), String> {
+    use csi::node::{Fault, Node, NodeConfig};
+    let mut config = NodeConfig::new(&args.node_name);
+    config.state_dir = args.state_dir;
+    config.iscsi = args.iscsi;
+    // Tests only: stop NodeStageVolume at a chosen point (see `Fault`).
+    config.fault = std::env::var("PILLAR_CSI_NODE_FAULT")
+        .ok()
+        .and_then(|v| Fault::parse(&v));
+    let socket = csi::endpoint::socket_path(&args.endpoint).map_err(|e| e.to_string())?;
+    let node = std::sync::Arc::new(Node::new(config).map_err(|e| e.to_string())?);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(64)
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime
+        .block_on(csi::endpoint::serve_node(node, crate::VERSION, &socket))
+        .map_err(|e| e.to_string())
+}
