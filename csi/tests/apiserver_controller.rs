@@ -144,7 +144,8 @@ async fn bed() -> Result<Bed> {
         ca: ca.pem.cert.clone(),
         server_name: None,
     }))?;
-    let controller = Controller::new(client.clone(), agents);
+    // The controller runs as its ServiceAccount with the chart's rules only.
+    let controller = Controller::new(server.controller_client().await?, agents);
     Ok(Bed {
         server,
         client,

@@ -5,8 +5,12 @@
 //! It runs on the host, not in the kernel lab: nothing here needs a kernel
 //! feature, and the server under TCG would be 10-30x slower.
 use crate::Result;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -152,6 +156,68 @@ impl ApiServer {
         }
         names.sort();
         Ok(names)
+    }
+
+    /// A client of ServiceAccount `pillar-csi:pillar-csi-controller` bound
+    /// to exactly the chart's controller rules
+    /// (`charts/pillar-csi/files/rbac/controller-rules.yaml`, as the chart's
+    /// ClusterRole includes them), so a test using it fails when the
+    /// controller needs a rule the chart does not grant.
+    pub async fn controller_client(&self) -> Result<kube::Client> {
+        let rules_file = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../charts/pillar-csi/files/rbac/controller-rules.yaml");
+        let rules: Vec<PolicyRule> = serde_yaml::from_str(&std::fs::read_to_string(&rules_file)?)?;
+        let admin = self.client().await?;
+        let name = "pillar-csi-controller";
+        let role = ClusterRole {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            rules: Some(rules),
+            ..Default::default()
+        };
+        let binding = ClusterRoleBinding {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: name.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: name.into(),
+                namespace: Some("pillar-csi".into()),
+                ..Default::default()
+            }]),
+        };
+        let pp = PostParams::default();
+        Api::<ClusterRole>::all(admin.clone())
+            .create(&pp, &role)
+            .await?;
+        Api::<ClusterRoleBinding>::all(admin)
+            .create(&pp, &binding)
+            .await?;
+        let client = Self::client_from(&self.kubeconfig_of(name)).await?;
+        // The RBAC authorizer learns new bindings through a watch: wait
+        // (bounded) until the account may list what its rules grant.
+        let states: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("pillar-csi.bhyoo.com", "v1alpha1", "PillarVolumeState"),
+                "pillarvolumestates",
+            ),
+        );
+        for _ in 0..100 {
+            if states.list(&ListParams::default().limit(1)).await.is_ok() {
+                return Ok(client);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Err(format!("{name}: the chart's rules did not take effect within 10 s").into())
     }
 
     /// The last lines of the server's log, for a failing test's message.

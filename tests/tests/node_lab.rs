@@ -327,6 +327,14 @@ fn iscsi_session(iqn: &str) -> bool {
     })
 }
 
+/// How many staging records the plugin keeps in `state_dir`.
+fn records(state_dir: &Path) -> Result<usize> {
+    Ok(fs::read_dir(state_dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .count())
+}
+
 fn connected(v: &Volume) -> bool {
     let target = &v.context["target"];
     if v.protocol == NVME {
@@ -491,6 +499,10 @@ async fn node_refuses_another_filesystem_and_a_partition_table() -> Result<()> {
     assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
     assert!(e.message().contains("ext4"), "{e}");
     assert_eq!(mounted(&staging)?, None);
+    // kubelet calls no Unstage after a failed Stage: the refusal itself
+    // ended the connection and left no staging record.
+    assert!(!connected(&v), "the refused Stage's connection is ended");
+    assert_eq!(records(&b.plugin.state_dir)?, 0, "no staging record left");
     n.node_unstage_volume(unstage_req(&v, &staging)).await?;
     run(
         "mount",
@@ -524,6 +536,8 @@ async fn node_refuses_another_filesystem_and_a_partition_table() -> Result<()> {
         .expect_err("a partition table is refused");
     assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
     assert!(e.message().contains("partition table"), "{e}");
+    assert!(!connected(&v), "the refused Stage's connection is ended");
+    assert_eq!(records(&b.plugin.state_dir)?, 0, "no staging record left");
     n.node_unstage_volume(unstage_req(&v, &staging)).await?;
     assert_eq!(read_at(&v.device, 0, 1 << 20)?, before, "nothing written");
     b.delete(&v).await?;

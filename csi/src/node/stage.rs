@@ -1,7 +1,7 @@
 //! NodeStageVolume and NodeUnstageVolume: attach, format when blank and
 //! mount at the staging path; and undo it, ending the connection only when
 //! no other staged volume uses it.
-use super::error::{Error, Result};
+use super::error::{Error, Kind, Result};
 use super::format::{ensure_filesystem, Outcome};
 use super::mounts::{mount_at, mount_filesystem, split_options, unmount_path};
 use super::record::{Phase, StagingRecord};
@@ -100,7 +100,9 @@ impl Node {
 
     fn stage_locked(&self, req: &StageRequest) -> Result<()> {
         let want = req.record();
-        let mut record = match self.records.load(&req.volume_id)? {
+        let existing = self.records.load(&req.volume_id)?;
+        let fresh = existing.is_none();
+        let mut record = match existing {
             Some(have) if !same_request(&have, &want) => {
                 return Err(Error::exists(format!(
                     "volume {} is already staged at {} ({} {} LUN {}, {}); this call asks for {} ({} {} LUN {}, {})",
@@ -134,7 +136,15 @@ impl Node {
             self.records.save(&record)?;
         }
         if let Access::Mount { fs_type, flags } = &req.access {
-            self.mount_staging(req, &device, fs_type, flags)?;
+            if let Err(e) = self.mount_staging(req, &device, fs_type, flags) {
+                // A refused device (it holds data) stays refused on every
+                // retry, and kubelet calls no Unstage after a failed Stage:
+                // a Stage that made the attachment ends it again.
+                if fresh && e.kind == Kind::FailedPrecondition {
+                    self.release(&record)?;
+                }
+                return Err(e);
+            }
         }
         if record.phase != Phase::Staged {
             record.phase = Phase::Staged;
@@ -194,19 +204,25 @@ impl Node {
                 );
                 return Ok(());
             }
-            self.connection_locks.with(&connection_key(&record), || {
-                let shared = self
-                    .records
-                    .all()?
-                    .iter()
-                    .any(|o| o.volume_id != record.volume_id && o.shares_connection(&record));
-                if shared {
-                    tracing::info!(target = %record.target, "connection kept: another staged volume uses it");
-                } else {
-                    self.attacher.detach(&record)?;
-                }
-                self.records.remove(volume_id)
-            })
+            self.release(&record)
+        })
+    }
+
+    /// Ends the connection of `record` unless another staged volume uses
+    /// it, then forgets the volume.
+    fn release(&self, record: &StagingRecord) -> Result<()> {
+        self.connection_locks.with(&connection_key(record), || {
+            let shared = self
+                .records
+                .all()?
+                .iter()
+                .any(|o| o.volume_id != record.volume_id && o.shares_connection(record));
+            if shared {
+                tracing::info!(target = %record.target, "connection kept: another staged volume uses it");
+            } else {
+                self.attacher.detach(record)?;
+            }
+            self.records.remove(&record.volume_id)
         })
     }
 }
