@@ -8,8 +8,8 @@ use csi::controller::agents::{AgentTls, Agents};
 use csi::controller::Controller;
 use csi::node_id::NodeId;
 use csi::publish_context::PublishContext;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+use kube::api::{Api, ListParams, PostParams};
 use pillar_csi_agent::grpc::AgentGrpc;
 use pillar_csi_agent::service::sim;
 use pillar_csi_lab::apiserver::ApiServer;
@@ -191,6 +191,52 @@ fn publish_request(volume: &str, node: &NodeId) -> pb::ControllerPublishVolumeRe
     }
 }
 
+/// Creates the claim `namespace/name` (64 MiB, ReadWriteOnce) with `annotations`.
+async fn claim(
+    bed: &Bed,
+    namespace: &str,
+    name: &str,
+    annotations: &[(&str, &str)],
+) -> Result<PersistentVolumeClaim> {
+    let annotations: HashMap<&str, &str> = annotations.iter().copied().collect();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+    }))?;
+    Ok(
+        Api::<PersistentVolumeClaim>::namespaced(bed.client.clone(), namespace)
+            .create(&PostParams::default(), &pvc)
+            .await?,
+    )
+}
+
+/// The `(type, reason, message)` of every event about the claim `namespace/name`.
+async fn claim_events(
+    bed: &Bed,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<(String, String, String)>> {
+    let events = Api::<Event>::namespaced(bed.client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?;
+    Ok(events
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("PersistentVolumeClaim")
+                && e.involved_object.name.as_deref() == Some(name)
+        })
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
 async fn state(bed: &Bed, name: &str) -> Result<Option<PillarVolumeState>> {
     Ok(Api::<PillarVolumeState>::all(bed.client.clone())
         .get_opt(name)
@@ -214,14 +260,7 @@ fn exported_initiators(bed: &Bed, volume: &str) -> Vec<String> {
 async fn a_volume_is_provisioned_published_unpublished_expanded_and_deleted() -> Result {
     let bed = bed().await?;
     bed.server.kubectl(&["create", "namespace", "db"])?;
-    let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "data-postgres-0", "namespace": "db"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
-    }))?;
-    let pvc = Api::<PersistentVolumeClaim>::namespaced(bed.client.clone(), "db")
-        .create(&PostParams::default(), &pvc)
-        .await?;
+    let pvc = claim(&bed, "db", "data-postgres-0", &[]).await?;
     let uid = pvc.metadata.uid.clone().ok_or("PVC without UID")?;
     let name = format!("pvc-{uid}");
     let params = [
@@ -552,5 +591,35 @@ async fn refusals_name_what_is_wrong_and_the_record_comes_first() -> Result {
         .await
         .expect_err("unknown volume");
     assert_eq!(e.code(), Code::NotFound);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refusal_is_an_event_on_the_claim_text_for_text() -> Result {
+    let bed = bed().await?;
+    bed.server.kubectl(&["create", "namespace", "db"])?;
+    claim(&bed, "db", "data-0", &[]).await?;
+    let e = bed
+        .controller
+        .create_volume(Request::new(create_request(
+            "pvc-3",
+            1 << 20,
+            &[
+                ("pillarStorageClass", "cold"),
+                ("csi.storage.k8s.io/pvc/name", "data-0"),
+                ("csi.storage.k8s.io/pvc/namespace", "db"),
+            ],
+        )))
+        .await
+        .expect_err("unknown class");
+    let events = claim_events(&bed, "db", "data-0").await?;
+    assert_eq!(
+        events,
+        vec![(
+            "Warning".to_owned(),
+            "ProvisioningFailed".to_owned(),
+            e.message().to_owned()
+        )]
+    );
     Ok(())
 }

@@ -10,10 +10,12 @@
 //! - [`resolve`]: PillarStorageClass → PillarStore → PillarAgent, PillarProtocol;
 //! - [`state`]: the PillarVolumeState store and the fence token;
 //! - [`agents`]: channels to agents; [`error`]: the one mapping to gRPC codes;
+//! - [`events`]: events on claims and records, where users read refusals;
 
 pub mod agents;
 pub mod capabilities;
 pub mod error;
+pub mod events;
 pub mod listing;
 pub mod publish;
 pub mod resolve;
@@ -24,10 +26,12 @@ use agents::Agents;
 use api::crd::{PillarAgent, PillarVolumeState, VolumePhase};
 use api::tokens::{Backend, Protocol};
 use error::{Error, Result};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::Api;
 use pillar_csi_proto::agent::v1 as agent;
 use pillar_csi_proto::csi::v1 as csi;
 use state::States;
+use std::collections::HashMap;
 use tonic::{Request, Response, Status};
 
 /// The Controller service.
@@ -35,6 +39,7 @@ pub struct Controller {
     client: kube::Client,
     states: States,
     agents: Agents,
+    events: events::Events,
 }
 
 /// The agent's enum for a backend token.
@@ -58,6 +63,7 @@ impl Controller {
     pub fn new(client: kube::Client, agents: Agents) -> Self {
         Controller {
             states: States::new(client.clone()),
+            events: events::Events::new(client.clone()),
             client,
             agents,
         }
@@ -104,6 +110,31 @@ impl Controller {
     }
 }
 
+impl Controller {
+    /// Posts a CreateVolume refusal, text for text, as a Warning event on
+    /// the claim named by the provisioner's `csi.storage.k8s.io/pvc/*`
+    /// parameters (when they are there and the claim still exists).
+    async fn tell_claim(&self, parameters: &HashMap<String, String>, refusal: &Error) {
+        let (Some(name), Some(namespace)) = (
+            parameters.get(volumes::PVC_NAME),
+            parameters.get(volumes::PVC_NAMESPACE),
+        ) else {
+            return;
+        };
+        let claims = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
+        if let Ok(Some(claim)) = claims.get_opt(name).await {
+            self.events
+                .post(
+                    &claim,
+                    events::Kind::Warning,
+                    "ProvisioningFailed",
+                    &refusal.to_string(),
+                )
+                .await;
+        }
+    }
+}
+
 fn unimplemented<T>(what: &str) -> Result<Response<T>, Status> {
     Err(Status::unimplemented(format!("{what} is not supported")))
 }
@@ -114,10 +145,16 @@ impl csi::controller_server::Controller for Controller {
         &self,
         request: Request<csi::CreateVolumeRequest>,
     ) -> Result<Response<csi::CreateVolumeResponse>, Status> {
-        let volume = self.provision(request.into_inner()).await?;
-        Ok(Response::new(csi::CreateVolumeResponse {
-            volume: Some(volume),
-        }))
+        let request = request.into_inner();
+        match self.provision(request.clone()).await {
+            Ok(volume) => Ok(Response::new(csi::CreateVolumeResponse {
+                volume: Some(volume),
+            })),
+            Err(refusal) => {
+                self.tell_claim(&request.parameters, &refusal).await;
+                Err(refusal.into())
+            }
+        }
     }
 
     async fn delete_volume(
