@@ -172,6 +172,8 @@ pub struct SimExporter {
     pub exports: Mutex<BTreeMap<String, ExportRecord>>,
     /// How long each export takes (a slow configfs apply or device wait).
     pub delay_ms: std::sync::atomic::AtomicU64,
+    /// How many exports have started (counted before the delay).
+    pub started: std::sync::atomic::AtomicU64,
     /// Fail the next export halfway: the export exists, then an error (a
     /// port link refused with EADDRNOTAVAIL after the namespace was enabled).
     pub fail_halfway: std::sync::atomic::AtomicBool,
@@ -185,6 +187,8 @@ impl Exporter for SimExporter {
         nvmet::Nqn::new(i).map(|_| ()).map_err(AgentError::from)
     }
     fn export(&self, v: &VolumeId, _: &Path, r: &ExportRecord) -> Result<ExportInfo, AgentError> {
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let delay = self.delay_ms.load(std::sync::atomic::Ordering::SeqCst);
         std::thread::sleep(std::time::Duration::from_millis(delay));
         self.exports
