@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: deps demo test unit chart lab bench lint doc fmt csi-conformance
+.PHONY: deps demo test unit chart fuzz fuzz-long lab bench lint doc fmt csi-conformance
 
 ## Install everything the build and the kernel lab need (idempotent).
 deps:
@@ -13,7 +13,7 @@ demo: deps
 	tests/lab/run demo
 
 ## Unit tests on the host, then the lab tests against the real kernel.
-test: deps unit chart lab
+test: deps unit chart fuzz lab
 
 unit: lint doc csi-conformance
 	cargo test --workspace
@@ -24,6 +24,14 @@ chart:
 	bash scripts/chart-deps.sh
 	cargo build --bin pillar-csi
 	"$$(bash scripts/chart-deps.sh --python)" -m pytest tests/chart -q -rs
+
+## Every fuzz target (fuzz/, cargo-fuzz on nightly) for 30 s with the
+## committed corpus; fuzz-long runs 10 min each and merges new inputs into it.
+fuzz:
+	bash scripts/fuzz.sh 30
+
+fuzz-long:
+	bash scripts/fuzz.sh 600 --merge
 
 ## proto/csi/v1/csi.proto against the official CSI Go bindings' descriptor.
 csi-conformance:

@@ -115,6 +115,15 @@ if [ "$("$gobin/protoc-gen-go" --version 2>/dev/null)" != "protoc-gen-go v1.33.0
   GOTOOLCHAIN=local GOBIN="$gobin" go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.33.0
 fi
 (cd "$(dirname "$0")/../proto/recovery-sign" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download)
+# `make fuzz`: cargo-fuzz, with the nightly toolchain the machine's rustup
+# carries (installed through rustup when it is missing).
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! rustup toolchain list | grep -q '^nightly'; then
+  rustup toolchain install nightly --profile minimal
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  cargo install cargo-fuzz --locked
+fi
 # The real Kubernetes API server of the controller's and the chart's tests.
 bash "$(dirname "$0")/deps-apiserver.sh"
 echo "deps: ready (kernel $(ls /lib/modules | sort -V | tail -n1))"
