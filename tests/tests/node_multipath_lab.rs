@@ -6,14 +6,18 @@
 //!
 //! The lab loads nvme_core with `multipath=N` (the fence tests need one
 //! disk per host NQN), and the parameter is read-only once loaded. This
-//! test therefore unloads the NVMe host and target modules (nothing may
-//! use them: it fails naming the module that is busy), loads them again
-//! with `multipath=Y`, and restores `multipath=N` the same way when it ends,
-//! passed or failed.
+//! test therefore unloads the NVMe host and target modules (no volume may
+//! be exported or connected: it fails naming what is; idle nvmet ports and
+//! host entries that earlier agents left are removed, as they pin nvmet),
+//! loads them again with `multipath=Y`, and restores `multipath=N` the same
+//! way when it ends, passed or failed.
 //!
 //! Run with `tests/lab/run tests -- node_multipath`.
 use pillar_csi_lab::{block::pattern, csi::csi_pb, node_bed::*, run, Result};
-use std::{fs, path::Path};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
 
 const PARAM: &str = "/sys/module/nvme_core/parameters/multipath";
 
@@ -38,11 +42,44 @@ fn unload(module: &str, out: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
+fn names(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .map(|it| it.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// Removes what earlier agents left in nvmet's configfs that exports
+/// nothing (ports without subsystem links, host entries): each folder pins
+/// the nvmet module. A subsystem, or a port still linked to one, means a
+/// volume is exported: that is an error naming it, and nothing is removed.
+fn clear_idle_nvmet() -> Result<()> {
+    let root = Path::new("/sys/kernel/config/nvmet");
+    let subsystems = names(&root.join("subsystems"));
+    if let Some(s) = subsystems.first() {
+        return Err(format!("nvmet still exports {}: cannot reload NVMe", s.display()).into());
+    }
+    let ports = names(&root.join("ports"));
+    for port in &ports {
+        if let Some(link) = names(&port.join("subsystems")).first() {
+            return Err(format!(
+                "nvmet port link {} remains: cannot reload NVMe",
+                link.display()
+            )
+            .into());
+        }
+    }
+    for dir in ports.iter().chain(&names(&root.join("hosts"))) {
+        fs::remove_dir(dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
 /// Reloads nvme_core with `multipath=<want>` and every module that held it.
 fn set_multipath(want: &str) -> Result<()> {
     if fs::read_to_string(PARAM)?.trim() == want {
         return Ok(());
     }
+    clear_idle_nvmet()?;
     let mut removed = Vec::new();
     unload("nvme_core", &mut removed)?;
     run("modprobe", &["nvme_core", &format!("multipath={want}")])?;
