@@ -81,7 +81,13 @@ fn set_multipath(want: &str) -> Result<()> {
     }
     clear_idle_nvmet()?;
     let mut removed = Vec::new();
-    unload("nvme_core", &mut removed)?;
+    if let Err(e) = unload("nvme_core", &mut removed) {
+        // Put back what was unloaded before the module that is busy.
+        for m in removed.iter().rev() {
+            let _ = run("modprobe", &[m]);
+        }
+        return Err(e);
+    }
     run("modprobe", &["nvme_core", &format!("multipath={want}")])?;
     for m in removed.iter().rev().filter(|m| *m != "nvme_core") {
         run("modprobe", &[m])?;
