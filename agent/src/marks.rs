@@ -30,6 +30,29 @@ pub struct ExportRecord {
     pub acl: bool,
     /// Host NQNs or initiator IQNs.
     pub allowed_initiators: std::collections::BTreeSet<String>,
+    /// iSCSI CHAP every allowed initiator must present; `None`: no CHAP.
+    /// Kept in the mark (the state folder is the agent's, root only) so a
+    /// restart or resync re-applies it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chap: Option<ChapRecord>,
+}
+
+/// One-way iSCSI CHAP credentials of an export. `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChapRecord {
+    /// The user name the initiator presents.
+    pub username: String,
+    /// The secret.
+    pub password: String,
+}
+
+impl std::fmt::Debug for ChapRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChapRecord")
+            .field("username", &self.username)
+            .field("password", &"<hidden>")
+            .finish()
+    }
 }
 
 /// Where the volume lives.

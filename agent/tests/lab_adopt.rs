@@ -61,6 +61,7 @@ async fn adopt_zvol_with_ext4_and_old_driver_properties_serves_its_data() -> R {
     let rec = ExportRecord {
         acl: true,
         allowed_initiators: [HOST_NQN.to_owned()].into(),
+        chap: None,
     };
     let info = f
         .agent
@@ -346,6 +347,7 @@ async fn adopt_lv_preserve_original_survives_delete_and_pins_identity() -> R {
     let rec = ExportRecord {
         acl: true,
         allowed_initiators: [HOST_NQN.to_owned()].into(),
+        chap: None,
     };
     let info = f
         .agent
@@ -1028,6 +1030,7 @@ async fn adopt_lv_inspect_json_from_an_independent_grpc_client() -> R {
             fence: fence("uid-json", 1),
             acl_enabled: true,
             allowed_initiators: vec![],
+            chap: None,
         })
         .await?
         .into_inner()

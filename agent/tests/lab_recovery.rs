@@ -126,6 +126,7 @@ async fn setup(prefix: &str) -> Setup {
         fence: fence(OLD, 2),
         acl_enabled: true,
         allowed_initiators: vec![HOST_NQN.into()],
+        chap: None,
     })
     .await
     .unwrap();
@@ -347,6 +348,7 @@ async fn recovery_procedure_moves_an_adopted_lv_to_a_new_lifecycle() -> R {
         fence: fence(uid, generation),
         acl_enabled: true,
         allowed_initiators: vec![HOST_NQN.into()],
+        chap: None,
     };
     let old = refusal(c.export_volume(export(OLD, 2)).await);
     note(&s.lab, &old);
@@ -505,6 +507,7 @@ async fn recovery_refusals_come_from_their_real_causes() -> R {
             fence: fence(OLD, 2),
             acl_enabled: true,
             allowed_initiators: vec![HOST_NQN.into()],
+            chap: None,
         })
         .await?
         .into_inner();

@@ -41,6 +41,7 @@ fn record(protocol: Protocol) -> ExportRecord {
     ExportRecord {
         acl: true,
         allowed_initiators: [initiator.to_owned()].into(),
+        chap: None,
     }
 }
 

@@ -56,6 +56,7 @@ async fn pipeline(mut client: Client, pool: String, name: String, i: usize) -> R
             fence: fence(i),
             acl_enabled: true,
             allowed_initiators: vec![],
+            chap: None,
         })
         .await?;
     client

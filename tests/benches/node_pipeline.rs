@@ -2,7 +2,13 @@
 //! filesystem volumes over NVMe/TCP through `pillar-csi node`, against the
 //! per-volume process pipeline other drivers run (`nvme connect`, a wait for
 //! the disk, `blkid`, `mkfs.ext4`, `mount`, `mount --bind`), one volume at a
-//! time and all 20 at once. The peer's time is split by step.
+//! time and all 20 at once. Both sides run mkfs with the same options
+//! (`csi::node::format::mkfs_args`). Both sides' time is split by step: the
+//! peer's by timing each process, ours from the plugin's `step timed` log
+//! lines (`csi::node::timed`). The floor is 20 bare connects through
+//! `/dev/nvme-fabrics` (no disk wait, no filesystem): the kernel holds one
+//! global mutex (`nvmf_dev_mutex`) across `nvmf_create_ctrl`, so connects
+//! run one at a time whoever asks.
 //!
 //! Run with `make bench FILTER=node`. Absolute times under TCG mean little;
 //! the ratios are the result (also written to `node-bench.txt`).
@@ -12,8 +18,9 @@ use pillar_csi_lab::{
     run, Lab, Result,
 };
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     fs,
+    io::{Read, Write},
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -156,7 +163,7 @@ fn peer(v: &Vol, i: usize, root: &Path, steps: &Mutex<Steps>) -> Result<()> {
     if !blank {
         return Err(format!("{dev} is not blank: the round would not format").into());
     }
-    run("mkfs.ext4", &["-q", "-F", "-m0", &dev])?;
+    run("mkfs.ext4", &csi::node::format::mkfs_args("ext4", &dev)?)?;
     lap(&mut |s, d| s.mkfs += d);
     fs::create_dir_all(&staging)?;
     fs::create_dir_all(&target)?;
@@ -200,6 +207,86 @@ fn disk_of(nqn: &str, nsid: u32) -> Option<String> {
                 && read("device/subsysnqn").as_deref() == Some(nqn))
             .then(|| format!("/dev/{}", e.file_name().to_string_lossy()))
         })
+}
+
+/// Seconds per step of ours, summed over the plugin's `step timed` lines
+/// in `log` (`step="connect" ms=12.5`; the log from where a round began).
+fn our_steps(log: &str) -> BTreeMap<String, f64> {
+    let mut steps = BTreeMap::new();
+    for line in log.lines().filter(|l| l.contains("step timed")) {
+        let field = |key: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .map(|v| v.trim_matches('"').to_owned())
+        };
+        if let (Some(step), Some(ms)) = (field("step="), field("ms=")) {
+            if let Ok(ms) = ms.parse::<f64>() {
+                *steps.entry(step).or_insert(0.0) += ms / 1000.0;
+            }
+        }
+    }
+    steps
+}
+
+fn show(steps: &BTreeMap<String, f64>) -> String {
+    ["connect", "device", "probe", "mkfs", "mount", "bind"]
+        .iter()
+        .map(|k| format!("{k} {:.2}", steps.get(*k).copied().unwrap_or(0.0)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One bare connect through `/dev/nvme-fabrics`; returns the controller.
+fn bare_connect(v: &Vol) -> Result<String> {
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/nvme-fabrics")?;
+    f.write_all(
+        format!(
+            "nqn={},transport=tcp,traddr=127.0.0.1,trsvcid={PORT}",
+            v.nqn
+        )
+        .as_bytes(),
+    )?;
+    let mut reply = String::new();
+    f.read_to_string(&mut reply)?;
+    let instance = reply
+        .trim()
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("instance="))
+        .ok_or_else(|| format!("unexpected reply {reply:?}"))?;
+    Ok(format!("nvme{instance}"))
+}
+
+fn bare_disconnect(ctrls: &[String]) -> Result<()> {
+    for c in ctrls {
+        fs::write(format!("/sys/class/nvme/{c}/delete_controller"), "1")?;
+    }
+    Ok(())
+}
+
+/// The floor: 20 bare connects one at a time, then all at once.
+fn floor(vols: &[Vol]) -> Result<(Duration, Duration)> {
+    let start = Instant::now();
+    let ctrls = vols.iter().map(bare_connect).collect::<Result<Vec<_>>>()?;
+    let seq = start.elapsed();
+    bare_disconnect(&ctrls)?;
+    let start = Instant::now();
+    let threads: Vec<_> = vols
+        .iter()
+        .map(|v| {
+            let v = v.clone();
+            std::thread::spawn(move || bare_connect(&v).map_err(|e| e.to_string()))
+        })
+        .collect();
+    let mut ctrls = Vec::new();
+    for t in threads {
+        ctrls.push(t.join().map_err(|_| "a connect thread panicked")??);
+    }
+    let par = start.elapsed();
+    bare_disconnect(&ctrls)?;
+    Ok((seq, par))
 }
 
 /// Removes every signature from the storage side, so each round formats,
@@ -270,6 +357,7 @@ async fn main() -> Result<()> {
                 fence,
                 acl_enabled: false,
                 allowed_initiators: vec![],
+                chap: None,
             })
             .await?
             .into_inner();
@@ -286,18 +374,24 @@ async fn main() -> Result<()> {
     fs::create_dir_all(&root)?;
     let plugin = Arc::new(plugin);
 
+    // The floor first: no disk, no filesystem, only the kernel's connects.
+    let (floor_seq, floor_par) = floor(&vols)?;
+
     // Ours, one at a time.
     wipe(&vols)?;
+    let mark = plugin.log().len();
     let start = Instant::now();
     for (i, v) in vols.iter().enumerate() {
         ours(&plugin, v.clone(), i, root.clone()).await?;
     }
     let ours_seq = start.elapsed();
+    let ours_seq_steps = our_steps(plugin.log().get(mark..).unwrap_or_default());
     for (i, v) in vols.iter().enumerate() {
         ours_undo(&plugin, v, i, &root).await?;
     }
     // Ours, all at once.
     wipe(&vols)?;
+    let mark = plugin.log().len();
     let start = Instant::now();
     let tasks: Vec<_> = vols
         .iter()
@@ -311,6 +405,7 @@ async fn main() -> Result<()> {
         t.await??;
     }
     let ours_par = start.elapsed();
+    let ours_par_steps = our_steps(plugin.log().get(mark..).unwrap_or_default());
     for (i, v) in vols.iter().enumerate() {
         ours_undo(&plugin, v, i, &root).await?;
     }
@@ -348,20 +443,34 @@ async fn main() -> Result<()> {
 
     let seq = seq_steps.lock().map(|s| *s).unwrap_or_default();
     let par = par_steps.lock().map(|s| *s).unwrap_or_default();
+    let secs = |d: Duration| d.as_secs_f64();
     let report = format!(
-        "node_pipeline: stage+publish of {VOLUMES} ext4 volumes over NVMe/TCP\n\
-         sequential: ours {:.2} s, peer pipeline {:.2} s, ratio {:.2}x\n\
-         20 at once: ours {:.2} s, peer pipeline {:.2} s, ratio {:.2}x\n\
+        "node_pipeline: stage+publish of {VOLUMES} ext4 volumes over NVMe/TCP (mkfs.ext4 {mkfs})\n\
+         sequential: ours {:.2} s, peer pipeline {:.2} s, ratio {:.2}x; connect floor {:.2} s (ours {:.1}x it, peer {:.1}x)\n\
+         20 at once: ours {:.2} s, peer pipeline {:.2} s, ratio {:.2}x; connect floor {:.2} s (ours {:.1}x it, peer {:.1}x)\n\
+         connect floor: 20 at once take {:.2}x the time of one at a time\n\
+         our steps, sequential (s, summed): {}\n\
+         our steps, 20 at once (s, summed over volumes): {}\n\
          peer steps, sequential (s, summed): connect {:.2}, device wait {:.2}, blkid {:.2}, mkfs {:.2}, mount {:.2}\n\
          peer steps, 20 at once (s, summed over volumes): connect {:.2}, device wait {:.2}, blkid {:.2}, mkfs {:.2}, mount {:.2}\n",
-        ours_seq.as_secs_f64(),
-        peer_seq.as_secs_f64(),
-        peer_seq.as_secs_f64() / ours_seq.as_secs_f64(),
-        ours_par.as_secs_f64(),
-        peer_par.as_secs_f64(),
-        peer_par.as_secs_f64() / ours_par.as_secs_f64(),
+        secs(ours_seq),
+        secs(peer_seq),
+        secs(peer_seq) / secs(ours_seq),
+        secs(floor_seq),
+        secs(ours_seq) / secs(floor_seq),
+        secs(peer_seq) / secs(floor_seq),
+        secs(ours_par),
+        secs(peer_par),
+        secs(peer_par) / secs(ours_par),
+        secs(floor_par),
+        secs(ours_par) / secs(floor_par),
+        secs(peer_par) / secs(floor_par),
+        secs(floor_par) / secs(floor_seq),
+        show(&ours_seq_steps),
+        show(&ours_par_steps),
         seq.connect, seq.device, seq.blkid, seq.mkfs, seq.mount,
         par.connect, par.device, par.blkid, par.mkfs, par.mount,
+        mkfs = csi::node::format::mkfs_args("ext4", "DEV")?.join(" "),
     );
     print!("{report}");
     fs::write(lab.work.join("node-bench.txt"), &report)?;

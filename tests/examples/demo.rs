@@ -72,6 +72,7 @@ async fn zvol_over_nvme(client: &mut Client, parent: &ZfsParent, lab: &Lab) -> R
             fence: fence(2),
             acl_enabled: true,
             allowed_initiators: vec![HOST.into()],
+            chap: None,
         })
         .await?
         .into_inner();
@@ -224,6 +225,7 @@ async fn thin_lv_over_iscsi(client: &mut Client, lab: &Lab, iscsi_port: u16) -> 
             fence: fence(2),
             acl_enabled: true,
             allowed_initiators: vec![initiator.clone()],
+            chap: None,
         })
         .await?
         .into_inner();

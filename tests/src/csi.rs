@@ -1,12 +1,16 @@
-//! The CSI node plugin (`pillar-csi node`) as a child process of a lab test,
-//! and a CSI client over its unix socket: the test plays kubelet.
+//! `pillar-csi` CSI subcommands as child processes of a test, and CSI
+//! clients over their unix sockets: the test plays kubelet or a sidecar.
+//!
+//! [`CsiProcess`] is the one "start a subcommand on a socket and dial it"
+//! loop; [`NodePlugin`] is `pillar-csi node` on it, as the lab tests use it.
 use crate::{agent::binary, Lab, Result};
 use pillar_csi_proto::csi::v1::{
     identity_client::IdentityClient, node_client::NodeClient, ProbeRequest,
 };
 use std::{
+    ffi::OsString,
     fs,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -14,10 +18,124 @@ use tonic::transport::{Channel, Endpoint};
 
 pub use pillar_csi_proto::csi::v1 as csi_pb;
 
-/// How long a starting plugin may take to answer Probe with ready.
+/// How long a starting subcommand may take to answer Probe with ready.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A running node plugin; killed (SIGKILL) when dropped.
+/// Dials the CSI socket at `socket`.
+pub async fn dial(socket: &Path) -> Result<Channel> {
+    Ok(
+        Endpoint::from_shared(format!("unix://{}", socket.display()))?
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(300))
+            .connect()
+            .await?,
+    )
+}
+
+/// A running `pillar-csi <subcommand>` serving CSI on a unix socket; killed
+/// (SIGKILL) and reaped when dropped.
+#[derive(Debug)]
+pub struct CsiProcess {
+    /// The socket path.
+    pub socket: PathBuf,
+    /// Standard output and error of the process (appended).
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl CsiProcess {
+    /// Starts `pillar-csi <args> --endpoint unix://<socket>` with extra
+    /// environment `env`, its output appended to `log`, and waits until its
+    /// Identity service answers Probe with ready. A process that exits
+    /// first, or is not ready within a minute, is an error carrying its log.
+    pub async fn start(
+        args: &[OsString],
+        socket: &Path,
+        log: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
+        let out = fs::OpenOptions::new().create(true).append(true).open(log)?;
+        let child = Command::new(binary()?)
+            .args(args)
+            .arg("--endpoint")
+            .arg(format!("unix://{}", socket.display()))
+            .envs(env.iter().copied())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .map_err(|e| format!("starting pillar-csi {args:?}: {e}"))?;
+        let mut process = Self {
+            socket: socket.to_owned(),
+            log: log.to_owned(),
+            child: Some(child),
+        };
+        process.wait_ready(args).await?;
+        Ok(process)
+    }
+
+    async fn wait_ready(&mut self, args: &[OsString]) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(format!(
+                    "pillar-csi {args:?} exited with {status}; log:\n{}",
+                    self.log()
+                )
+                .into());
+            }
+            let ready = async {
+                let mut c = IdentityClient::new(dial(&self.socket).await?);
+                Result::<_>::Ok(c.probe(ProbeRequest {}).await?.into_inner().ready)
+            };
+            if let Ok(Ok(Some(true))) = tokio::time::timeout(Duration::from_secs(5), ready).await {
+                return Ok(());
+            }
+            if start.elapsed() > START_TIMEOUT {
+                return Err(format!(
+                    "pillar-csi {args:?} was not ready within {START_TIMEOUT:?}; log:\n{}",
+                    self.log()
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A channel to the socket.
+    pub async fn channel(&self) -> Result<Channel> {
+        dial(&self.socket).await
+    }
+
+    /// Kills the process with SIGKILL and reaps it.
+    pub fn kill(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for CsiProcess {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+/// A running node plugin (`pillar-csi node --node-name lab-node --iscsi`);
+/// killed (SIGKILL) when dropped.
 #[derive(Debug)]
 pub struct NodePlugin {
     /// The socket path.
@@ -25,7 +143,7 @@ pub struct NodePlugin {
     /// The staging-record folder.
     pub state_dir: PathBuf,
     log: PathBuf,
-    child: Option<Child>,
+    process: Option<CsiProcess>,
 }
 
 impl NodePlugin {
@@ -42,7 +160,7 @@ impl NodePlugin {
             socket: lab.work.join(format!("{name}.csi.sock")),
             state_dir,
             log: lab.work.join(format!("{name}.node.log")),
-            child: None,
+            process: None,
         };
         plugin.spawn(&[]).await?;
         Ok(plugin)
@@ -50,92 +168,38 @@ impl NodePlugin {
 
     /// Starts the process with extra environment `env`, waiting for ready.
     pub async fn spawn(&mut self, env: &[(&str, &str)]) -> Result<()> {
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)?;
-        let child = Command::new(binary()?)
-            .arg("node")
-            .arg("--endpoint")
-            .arg(format!("unix://{}", self.socket.display()))
-            .args(["--node-name", "lab-node", "--iscsi"])
-            .arg("--state-dir")
-            .arg(&self.state_dir)
-            .envs(env.iter().copied())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("starting the node plugin: {e}"))?;
-        self.child = Some(child);
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                return Err(
-                    format!("the node plugin exited with {status}; log:\n{}", self.log()).into(),
-                );
-            }
-            let ready = async {
-                let mut c = IdentityClient::new(self.channel().await?);
-                Result::<_>::Ok(c.probe(ProbeRequest {}).await?.into_inner().ready)
-            };
-            if let Ok(Ok(Some(true))) = tokio::time::timeout(Duration::from_secs(5), ready).await {
-                return Ok(());
-            }
-            if start.elapsed() > START_TIMEOUT {
-                return Err(format!(
-                    "the node plugin was not ready within {START_TIMEOUT:?}; log:\n{}",
-                    self.log()
-                )
-                .into());
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    async fn channel(&self) -> Result<Channel> {
-        Ok(
-            Endpoint::from_shared(format!("unix://{}", self.socket.display()))?
-                .connect_timeout(Duration::from_secs(5))
-                .timeout(Duration::from_secs(300))
-                .connect()
-                .await?,
-        )
+        let args: Vec<OsString> = vec![
+            "node".into(),
+            "--node-name".into(),
+            "lab-node".into(),
+            "--iscsi".into(),
+            "--state-dir".into(),
+            self.state_dir.clone().into(),
+        ];
+        self.process = Some(CsiProcess::start(&args, &self.socket, &self.log, env).await?);
+        Ok(())
     }
 
     /// A Node service client.
     pub async fn node(&self) -> Result<NodeClient<Channel>> {
-        Ok(NodeClient::new(self.channel().await?))
+        Ok(NodeClient::new(dial(&self.socket).await?))
     }
 
     /// An Identity service client.
     pub async fn identity(&self) -> Result<IdentityClient<Channel>> {
-        Ok(IdentityClient::new(self.channel().await?))
+        Ok(IdentityClient::new(dial(&self.socket).await?))
     }
 
     /// Kills the plugin with SIGKILL and reaps it.
     pub fn kill(&mut self) -> Result<()> {
-        if let Some(mut child) = self.child.take() {
-            child.kill()?;
-            child.wait()?;
+        match self.process.take() {
+            Some(mut p) => p.kill(),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// The log so far.
+    /// The log so far (every start of this plugin appends to it).
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for NodePlugin {
-    fn drop(&mut self) {
-        let _ = self.kill();
     }
 }

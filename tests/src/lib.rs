@@ -18,6 +18,7 @@ pub mod csi;
 pub mod env;
 pub mod iscsi;
 pub mod mount;
+pub mod node_bed;
 pub mod nvme;
 pub mod tls;
 

@@ -86,6 +86,7 @@ fn export_request(
         fence,
         acl_enabled: true,
         allowed_initiators: initiators.iter().map(|s| (*s).to_owned()).collect(),
+        chap: None,
     }
 }
 
@@ -1131,6 +1132,7 @@ async fn agent_hostile_input_is_invalid_argument_and_creates_nothing() -> Result
                 fence: fence(&uid, 1),
                 acl_enabled: true,
                 allowed_initiators: vec![host.clone()],
+                chap: None,
             }],
         })
         .await,
@@ -1148,6 +1150,7 @@ async fn agent_hostile_input_is_invalid_argument_and_creates_nothing() -> Result
                     fence: fence(&uid, 1),
                     acl_enabled: true,
                     allowed_initiators: vec![host.clone()],
+                    chap: None,
                 })
                 .collect(),
         })

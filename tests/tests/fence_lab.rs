@@ -134,6 +134,7 @@ impl Fixture {
                     .iter()
                     .map(|s| (*s).to_owned())
                     .collect(),
+                chap: None,
             })
             .await?
             .into_inner()
@@ -660,6 +661,7 @@ async fn fence_nvme_reconcile_state_and_unexport_cut_off_connected_hosts() -> Re
                 fence: fence(&v.uid, 2),
                 acl_enabled: true,
                 allowed_initiators: vec![b.clone()],
+                chap: None,
             }],
         })
         .await?

@@ -2,8 +2,8 @@
 use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use lio::{
-    Acl, Iqn, Lio, Lun, MappedLun, State, StorageObject, StorageObjectName, Target, Teardown, Tpg,
-    TpgAttributes, TpgLun, Tpgt,
+    Acl, Chap, Iqn, Lio, Lun, MappedLun, State, StorageObject, StorageObjectName, Target, Teardown,
+    Tpg, TpgAttributes, TpgLun, Tpgt,
 };
 use std::{net::SocketAddr, path::Path, sync::Mutex};
 use tracing::info;
@@ -68,42 +68,7 @@ impl Exporter for LioExporter {
         record: &ExportRecord,
     ) -> Result<ExportInfo, AgentError> {
         let (iqn, object) = Self::names(volume)?;
-        let mut tpg = Tpg {
-            enabled: true,
-            attributes: if record.acl {
-                TpgAttributes::default()
-            } else {
-                TpgAttributes::open()
-            },
-            ..Default::default()
-        };
-        tpg.portals
-            .insert(SocketAddr::new(self.listener.address, self.listener.port));
-        tpg.luns.insert(Lun(LUN), TpgLun::new(object.clone()));
-        if record.acl {
-            for initiator in &record.allowed_initiators {
-                let name = Iqn::new(initiator)
-                    .map_err(|e| AgentError::InvalidArgument(format!("initiator: {e}")))?;
-                let mut acl = Acl::default();
-                acl.mapped_luns.insert(Lun(LUN), MappedLun::new(Lun(LUN)));
-                tpg.acls.insert(name, acl);
-            }
-        }
-        let mut target = Target::default();
-        target.tpgs.insert(
-            Tpgt::new(1).map_err(|e| AgentError::Internal(e.to_string()))?,
-            tpg,
-        );
-        let mut desired = State::default();
-        desired.storage_objects.insert(
-            object,
-            StorageObject {
-                udev_path: device.to_path_buf(),
-                unit_serial: None,
-                ..Default::default()
-            },
-        );
-        desired.targets.insert(iqn.clone(), target);
+        let desired = desired_state(&iqn, object, device, self.listener, record)?;
         // Initiators that lose access hold no session when this returns: a
         // removed node ACL ends its sessions, and a target leaving demo mode
         // is removed (ending every session, dropping its cached dynamic
@@ -139,5 +104,133 @@ impl Exporter for LioExporter {
     fn health(&self) -> Result<(), AgentError> {
         Lio::open_at(self.target.tree().root())?;
         Ok(())
+    }
+}
+
+/// The LIO state that exports `device` as `iqn` per `record`: TPG 1 on
+/// `listener` with LUN 0; with an ACL, one node ACL per allowed initiator,
+/// and with CHAP the TPG requires authentication and every ACL carries the
+/// credentials.
+fn desired_state(
+    iqn: &Iqn,
+    object: StorageObjectName,
+    device: &Path,
+    listener: Listener,
+    record: &ExportRecord,
+) -> Result<State, AgentError> {
+    let mut tpg = Tpg {
+        enabled: true,
+        attributes: if record.acl {
+            TpgAttributes::default()
+        } else {
+            TpgAttributes::open()
+        },
+        ..Default::default()
+    };
+    let chap = match (&record.chap, record.acl) {
+        (Some(c), true) => Some(Chap {
+            userid: c.username.clone(),
+            password: c.password.clone(),
+        }),
+        (Some(_), false) => {
+            return Err(AgentError::InvalidArgument(
+                "chap: CHAP needs acl_enabled (LIO checks CHAP per allowed initiator)".into(),
+            ))
+        }
+        (None, _) => None,
+    };
+    tpg.attributes.authentication = chap.is_some();
+    tpg.portals
+        .insert(SocketAddr::new(listener.address, listener.port));
+    tpg.luns.insert(Lun(LUN), TpgLun::new(object.clone()));
+    if record.acl {
+        for initiator in &record.allowed_initiators {
+            let name = Iqn::new(initiator)
+                .map_err(|e| AgentError::InvalidArgument(format!("initiator: {e}")))?;
+            let mut acl = Acl::default();
+            acl.mapped_luns.insert(Lun(LUN), MappedLun::new(Lun(LUN)));
+            acl.chap = chap.clone();
+            tpg.acls.insert(name, acl);
+        }
+    }
+    let mut target = Target::default();
+    target.tpgs.insert(
+        Tpgt::new(1).map_err(|e| AgentError::Internal(e.to_string()))?,
+        tpg,
+    );
+    let mut desired = State::default();
+    desired.storage_objects.insert(
+        object,
+        StorageObject {
+            udev_path: device.to_path_buf(),
+            unit_serial: None,
+            ..Default::default()
+        },
+    );
+    desired.targets.insert(iqn.clone(), target);
+    Ok(desired)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::marks::ChapRecord;
+
+    fn record(chap: bool) -> ExportRecord {
+        ExportRecord {
+            acl: true,
+            allowed_initiators: [
+                "iqn.2003-01.org.example:a".to_owned(),
+                "iqn.2003-01.org.example:b".to_owned(),
+            ]
+            .into(),
+            chap: chap.then(|| ChapRecord {
+                username: "user".into(),
+                password: "secret123456".into(),
+            }),
+        }
+    }
+
+    fn tpg(state: &State) -> &Tpg {
+        state
+            .targets
+            .values()
+            .next()
+            .unwrap()
+            .tpgs
+            .values()
+            .next()
+            .unwrap()
+    }
+
+    #[test]
+    fn chap_requires_authentication_on_the_tpg_and_sits_on_every_acl() {
+        let iqn = Iqn::new("iqn.2026-01.com.bhyoo.pillar-csi:v").unwrap();
+        let object = StorageObjectName::new("pillar-v").unwrap();
+        let listener = Listener {
+            address: "127.0.0.1".parse().unwrap(),
+            port: 3260,
+        };
+        let dev = Path::new("/dev/zvol/tank/v");
+        let with = desired_state(&iqn, object.clone(), dev, listener, &record(true)).unwrap();
+        assert!(tpg(&with).attributes.authentication);
+        assert_eq!(tpg(&with).acls.len(), 2);
+        for acl in tpg(&with).acls.values() {
+            let chap = acl.chap.as_ref().unwrap();
+            assert_eq!(
+                (chap.userid.as_str(), chap.password.as_str()),
+                ("user", "secret123456")
+            );
+        }
+        let without = desired_state(&iqn, object.clone(), dev, listener, &record(false)).unwrap();
+        assert!(!tpg(&without).attributes.authentication);
+        assert!(tpg(&without).acls.values().all(|a| a.chap.is_none()));
+        let open = ExportRecord {
+            acl: false,
+            ..record(true)
+        };
+        let e = desired_state(&iqn, object, dev, listener, &open).unwrap_err();
+        assert!(e.to_string().contains("acl_enabled"), "{e}");
     }
 }

@@ -4,7 +4,7 @@ use crate::{
     error::AgentError,
     export::Protocol,
     fence::Token,
-    marks::ExportRecord,
+    marks::{ChapRecord, ExportRecord},
     volume::truncate,
 };
 use pillar_csi_proto::agent::v1 as pb;
@@ -54,10 +54,18 @@ pub(crate) fn token(fence: Option<pb::FenceToken>) -> Option<Token> {
     })
 }
 
-pub(crate) fn export_record(acl: bool, initiators: Vec<String>) -> ExportRecord {
+pub(crate) fn export_record(
+    acl: bool,
+    initiators: Vec<String>,
+    chap: Option<pb::IscsiChap>,
+) -> ExportRecord {
     ExportRecord {
         acl,
         allowed_initiators: initiators.into_iter().collect(),
+        chap: chap.map(|c| ChapRecord {
+            username: c.username,
+            password: c.password,
+        }),
     }
 }
 

@@ -345,7 +345,7 @@ impl AgentService for AgentGrpc {
                 &r.volume_id,
                 backend_kind(r.backend_type)?,
                 protocol(r.protocol_type)?,
-                export_record(r.acl_enabled, r.allowed_initiators),
+                export_record(r.acl_enabled, r.allowed_initiators, r.chap),
                 token(r.fence).as_ref(),
             )
             .await?;
@@ -435,7 +435,7 @@ impl AgentService for AgentGrpc {
             desired.push((
                 e.volume_id,
                 protocol(e.protocol_type)?,
-                export_record(e.acl_enabled, e.allowed_initiators),
+                export_record(e.acl_enabled, e.allowed_initiators, e.chap),
                 token(e.fence),
             ));
         }

@@ -14,6 +14,39 @@ use tracing::{info, warn};
 
 /// The longest initiator name accepted (an NQN's limit).
 const MAX_INITIATOR: usize = 223;
+/// The longest CHAP user name or secret LIO holds.
+const MAX_CHAP: usize = 255;
+
+/// Refuses CHAP where it cannot apply (NVMe/TCP; an iSCSI export without an
+/// ACL, since LIO checks CHAP per node ACL) or that LIO cannot hold.
+pub(crate) fn check_chap(protocol: Protocol, record: &ExportRecord) -> Result<(), AgentError> {
+    let Some(chap) = &record.chap else {
+        return Ok(());
+    };
+    if protocol != Protocol::Iscsi {
+        return Err(AgentError::InvalidArgument(format!(
+            "chap: CHAP is for iSCSI exports, not {}",
+            protocol.as_str()
+        )));
+    }
+    if !record.acl {
+        return Err(AgentError::InvalidArgument(
+            "chap: CHAP needs acl_enabled (LIO checks CHAP per allowed initiator)".into(),
+        ));
+    }
+    for (field, value) in [("username", &chap.username), ("password", &chap.password)] {
+        if value.is_empty()
+            || value.len() > MAX_CHAP
+            || !value.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(AgentError::InvalidArgument(format!(
+                "chap.{field}: must be 1 to {MAX_CHAP} printable ASCII characters without spaces ({} bytes given)",
+                value.len()
+            )));
+        }
+    }
+    Ok(())
+}
 
 impl Agent {
     fn check_initiators<'a>(
@@ -124,6 +157,7 @@ impl Agent {
     ) -> Result<ExportInfo, AgentError> {
         let id = VolumeId::parse(id)?;
         self.backend(&id, kind)?.locate(&id)?;
+        check_chap(protocol, &record)?;
         self.check_initiators(protocol, &record.allowed_initiators)?;
         let token = token.cloned();
         self.detached(move |agent| async move {
@@ -232,5 +266,64 @@ impl Agent {
             .exports
             .insert(protocol.as_str().to_owned(), record);
         txn.commit().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::marks::ChapRecord;
+
+    fn record(acl: bool, username: &str, password: &str) -> ExportRecord {
+        ExportRecord {
+            acl,
+            allowed_initiators: ["iqn.2003-01.org.example:a".to_owned()].into(),
+            chap: Some(ChapRecord {
+                username: username.into(),
+                password: password.into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn chap_is_refused_where_it_cannot_apply_and_named() {
+        let good = record(true, "user", "secret123456");
+        assert!(check_chap(Protocol::Iscsi, &good).is_ok());
+        let no_chap = ExportRecord {
+            chap: None,
+            ..good.clone()
+        };
+        assert!(check_chap(Protocol::NvmeofTcp, &no_chap).is_ok());
+        let cases = [
+            (Protocol::NvmeofTcp, good.clone(), "not nvmeof-tcp"),
+            (
+                Protocol::Iscsi,
+                record(false, "user", "secret123456"),
+                "acl_enabled",
+            ),
+            (
+                Protocol::Iscsi,
+                record(true, "", "secret123456"),
+                "chap.username",
+            ),
+            (
+                Protocol::Iscsi,
+                record(true, "user", "has space"),
+                "chap.password",
+            ),
+            (
+                Protocol::Iscsi,
+                record(true, "user", &"x".repeat(256)),
+                "256 bytes",
+            ),
+        ];
+        for (protocol, r, needle) in cases {
+            match check_chap(protocol, &r) {
+                Err(AgentError::InvalidArgument(m)) => assert!(m.contains(needle), "{m}"),
+                other => panic!("{needle}: {other:?}"),
+            }
+        }
+        // The secret never shows in Debug output (logs).
+        assert!(!format!("{good:?}").contains("secret123456"));
     }
 }

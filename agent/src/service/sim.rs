@@ -278,5 +278,6 @@ pub fn acl() -> ExportRecord {
     ExportRecord {
         acl: true,
         allowed_initiators: [HOST.to_owned()].into(),
+        chap: None,
     }
 }

@@ -244,6 +244,7 @@ async fn bad_input_is_refused_before_anything() -> Result<(), AgentError> {
     let bad_host = ExportRecord {
         acl: true,
         allowed_initiators: ["not an nqn".to_owned()].into(),
+        chap: None,
     };
     let r = a
         .export_volume(

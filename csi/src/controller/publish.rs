@@ -134,6 +134,7 @@ impl Controller {
                 fence: Some(token.clone()),
                 acl_enabled: acl,
                 allowed_initiators: allowed.clone(),
+                chap: None,
             })
             .await
             .map_err(client.fail())?

@@ -81,22 +81,27 @@ impl Attacher {
         match ctx.protocol {
             Protocol::NvmeofTcp => {
                 let target = nvme_target(&address, ctx.port, &ctx.target)?;
-                let (ctrl, made) = self.nvme.connect(&target, &self.host)?;
+                let (ctrl, made) =
+                    super::timed("connect", || self.nvme.connect(&target, &self.host))?;
                 tracing::info!(controller = %ctrl, new = made, nqn = %ctx.target, "NVMe/TCP controller");
                 let what = format!("namespace {} of {} on {ctrl}", ctx.lun, ctx.target);
-                await_disk(&what, self.device_wait, || {
-                    self.nvme.namespace_disk(&ctx.target, ctx.lun, &ctrl)
+                super::timed("device", || {
+                    await_disk(&what, self.device_wait, || {
+                        self.nvme.namespace_disk(&ctx.target, ctx.lun, &ctrl)
+                    })
                 })
             }
             Protocol::Iscsi => {
                 let target = iscsi_target(&address, ctx.port, &ctx.target)?;
-                self.iscsi.login(&target, ctx.chap.as_ref())?;
+                super::timed("connect", || self.iscsi.login(&target, ctx.chap.as_ref()))?;
                 let what = format!("LUN {} of {}", ctx.lun, ctx.target);
-                await_disk(&what, self.device_wait, || {
-                    self.iscsi
-                        .sessions(&target)
-                        .iter()
-                        .find_map(|s| self.iscsi.lun_disk(s, ctx.lun))
+                super::timed("device", || {
+                    await_disk(&what, self.device_wait, || {
+                        self.iscsi
+                            .sessions(&target)
+                            .iter()
+                            .find_map(|s| self.iscsi.lun_disk(s, ctx.lun))
+                    })
                 })
             }
         }

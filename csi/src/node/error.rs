@@ -16,6 +16,9 @@ pub enum Kind {
     /// The device is not in a state this call may act on, for example it
     /// holds another filesystem (FAILED_PRECONDITION).
     FailedPrecondition,
+    /// The target refused this node's credentials, e.g. iSCSI CHAP
+    /// (PERMISSION_DENIED).
+    PermissionDenied,
     /// A wait ran out (DEADLINE_EXCEEDED); the call may be retried.
     Timeout,
     /// A host operation failed (INTERNAL).
@@ -80,6 +83,7 @@ impl Error {
             Kind::NotFound => tonic::Code::NotFound,
             Kind::AlreadyExists => tonic::Code::AlreadyExists,
             Kind::FailedPrecondition => tonic::Code::FailedPrecondition,
+            Kind::PermissionDenied => tonic::Code::PermissionDenied,
             Kind::Timeout => tonic::Code::DeadlineExceeded,
             Kind::Internal => tonic::Code::Internal,
         };

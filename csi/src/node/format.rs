@@ -66,27 +66,38 @@ pub fn decide(device: &Path, probe: &Probe, fs_type: &str) -> Result<Option<Outc
     }
 }
 
+/// The options of `mkfs.<fs_type>` for a blank volume (the node benchmark's
+/// process pipeline uses the same):
+///
+/// - ext4: `-q -m0 -E nodiscard`: no blocks reserved for root (a volume
+///   serves one workload, as Kubernetes' own formatter does with `-m0`),
+///   and no discard (the device is blank already; discarding a large thin
+///   volume only costs time). No `-F`: mke2fs keeps its own refusal of a
+///   device in use.
+/// - xfs: `-q -K` (no discard). No `-f`: mkfs.xfs itself refuses a device
+///   with a signature, a second guard should one appear after the probe.
+pub fn mkfs_args<'a>(fs_type: &str, device: &'a str) -> Result<Vec<&'a str>> {
+    match fs_type {
+        "ext4" => Ok(vec!["-q", "-m0", "-E", "nodiscard", device]),
+        "xfs" => Ok(vec!["-q", "-K", device]),
+        other => Err(requested_fs_type(other)
+            .err()
+            .unwrap_or_else(|| Error::internal(format!("no mkfs for {other}")))),
+    }
+}
+
 /// Makes sure `device` holds a `fs_type` filesystem: probes it, formats it
 /// only when blank, refuses anything else.
 pub fn ensure_filesystem(device: &Path, fs_type: &str) -> Result<Outcome> {
-    let probe = sys::blkid::probe(device);
+    let probe = super::timed("probe", || sys::blkid::probe(device));
     if let Some(outcome) = decide(device, &probe, fs_type)? {
         return Ok(outcome);
     }
     let dev = device.to_string_lossy();
-    match fs_type {
-        // No discard: the device is blank already, and discarding a large
-        // thin volume only costs time.
-        "ext4" => run_ok("mkfs.ext4", &["-q", "-E", "nodiscard", &dev], MKFS_LIMIT)?,
-        // No -f: mkfs.xfs itself refuses a device with a signature, a second
-        // guard should one appear between the probe and here.
-        "xfs" => run_ok("mkfs.xfs", &["-q", "-K", &dev], MKFS_LIMIT)?,
-        other => {
-            return Err(requested_fs_type(other)
-                .err()
-                .unwrap_or_else(|| Error::internal(format!("no mkfs for {other}"))))
-        }
-    };
+    let args = mkfs_args(fs_type, &dev)?;
+    super::timed("mkfs", || {
+        run_ok(&format!("mkfs.{fs_type}"), &args, MKFS_LIMIT)
+    })?;
     Ok(Outcome::Formatted)
 }
 
@@ -127,6 +138,17 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn mkfs_options_are_one_set_per_filesystem() {
+        assert_eq!(
+            mkfs_args("ext4", "/dev/x"),
+            Ok(vec!["-q", "-m0", "-E", "nodiscard", "/dev/x"])
+        );
+        assert_eq!(mkfs_args("xfs", "/dev/x"), Ok(vec!["-q", "-K", "/dev/x"]));
+        let e = mkfs_args("btrfs", "/dev/x").expect_err("unsupported");
+        assert!(e.message.contains("btrfs"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! its socket), so every CSI driver runs iscsiadm. Each run is bounded, so
 //! a target that vanished cannot hang the node.
 use super::command::{run, run_ok};
-use super::error::{Error, Result};
+use super::error::{Error, Kind, Result};
 use crate::publish_context::Chap;
 use std::{
     fs,
@@ -22,6 +22,9 @@ pub const ISCSIADM_LIMIT: Duration = Duration::from_secs(30);
 const SESSION_EXISTS: i32 = 15;
 /// iscsiadm's exit code for "no session / no records found".
 const NO_OBJECTS: i32 = 21;
+/// iscsiadm's exit code for a login the target refused for its
+/// authentication (`ISCSI_ERR_LOGIN_AUTH_FAILED`).
+const AUTH_FAILED: i32 = 24;
 
 /// An iSCSI target portal and IQN.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +58,34 @@ pub fn iscsid_reachable() -> bool {
     std::os::unix::net::SocketAddr::from_abstract_name(b"ISCSIADM_ABSTRACT_NAMESPACE")
         .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
         .is_ok()
+}
+
+/// The error of a login iscsiadm ended with exit code `code`: a refused
+/// authentication names whether the publish context carried CHAP.
+fn login_error(
+    target: &Target,
+    portal: &str,
+    chap: Option<&Chap>,
+    code: Option<i32>,
+    stderr: &str,
+) -> Error {
+    if code == Some(AUTH_FAILED) {
+        let why = match chap {
+            Some(c) => format!(
+                "the target refused the CHAP credentials of user {:?} from the publish context",
+                c.username
+            ),
+            None => "the target requires CHAP and the publish context carries none (chapUsername, chapPassword)".to_owned(),
+        };
+        return Error::new(
+            Kind::PermissionDenied,
+            format!("iSCSI login to {} at {portal} refused: {why}", target.iqn),
+        );
+    }
+    Error::internal(format!(
+        "iSCSI login to {} at {portal} failed: {stderr}",
+        target.iqn
+    ))
 }
 
 /// The sysfs view of iSCSI sessions (normally `/sys`).
@@ -181,14 +212,25 @@ impl IscsiHost {
             &target.node_args(&portal, &["-l"]),
             ISCSIADM_LIMIT,
         )?;
-        match out.code {
-            Some(0) | Some(SESSION_EXISTS) => Ok(()),
-            _ => Err(Error::internal(format!(
-                "iSCSI login to {} at {portal} failed: {}",
-                target.iqn,
-                out.stderr.trim()
-            ))),
+        if matches!(out.code, Some(0) | Some(SESSION_EXISTS)) {
+            return Ok(());
         }
+        // A failed login leaves no node record behind: no secret stays on
+        // disk and iscsid does not retry it.
+        if let Err(e) = run(
+            "iscsiadm",
+            &target.node_args(&portal, &["-o", "delete"]),
+            ISCSIADM_LIMIT,
+        ) {
+            tracing::warn!(error = %e, iqn = %target.iqn, "could not delete the node record of a failed login");
+        }
+        Err(login_error(
+            target,
+            &portal,
+            chap,
+            out.code,
+            out.stderr.trim(),
+        ))
     }
 
     /// Logs out of `target` and deletes its node record; none is fine.
@@ -259,5 +301,38 @@ mod tests {
         assert_eq!(h.lun_disk("session2", 2), None);
         let other = Target { port: 3260, ..t };
         assert!(h.sessions(&other).is_empty());
+    }
+
+    #[test]
+    fn a_refused_authentication_is_named_and_the_secret_is_not() {
+        let t = Target {
+            address: "127.0.0.1".parse().unwrap(),
+            port: 3270,
+            iqn: "iqn.2026-01.com.bhyoo.pillar-csi:v".into(),
+        };
+        let chap = Chap {
+            username: "user".into(),
+            password: "secret123456".into(),
+        };
+        let wrong = login_error(&t, "127.0.0.1:3270", Some(&chap), Some(24), "auth");
+        assert_eq!(wrong.kind, Kind::PermissionDenied);
+        assert!(
+            wrong
+                .message
+                .contains("refused the CHAP credentials of user \"user\""),
+            "{wrong}"
+        );
+        assert!(!wrong.message.contains("secret123456"), "{wrong}");
+        let missing = login_error(&t, "127.0.0.1:3270", None, Some(24), "auth");
+        assert_eq!(missing.kind, Kind::PermissionDenied);
+        assert!(
+            missing
+                .message
+                .contains("carries none (chapUsername, chapPassword)"),
+            "{missing}"
+        );
+        let other = login_error(&t, "127.0.0.1:3270", None, Some(8), "timed out");
+        assert_eq!(other.kind, Kind::Internal);
+        assert!(other.message.ends_with("failed: timed out"), "{other}");
     }
 }

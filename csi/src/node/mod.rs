@@ -34,8 +34,20 @@ use std::{
     collections::HashMap,
     path::PathBuf,
     sync::{Arc, Mutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
+
+/// Runs one step of attaching or mounting a volume and logs how long it
+/// took (`step`: `connect`, `device`, `probe`, `mkfs`, `mount` or `bind`;
+/// `ms`), failed or not: where a Stage's time goes, read by the node
+/// benchmark. It measures only; the step runs as it would without it.
+pub fn timed<T>(step: &'static str, f: impl FnOnce() -> T) -> T {
+    let start = Instant::now();
+    let out = f();
+    let ms = start.elapsed().as_secs_f64() * 1000.0;
+    tracing::info!(step, ms, "step timed");
+    out
+}
 
 /// How the node plugin runs.
 #[derive(Debug, Clone)]

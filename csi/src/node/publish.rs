@@ -106,7 +106,7 @@ impl Node {
                 )));
             }
             create_target(req.target_path, req.block)?;
-            bind(&source, req.target_path, req.read_only)
+            super::timed("bind", || bind(&source, req.target_path, req.read_only))
         })
     }
 

@@ -124,12 +124,24 @@ impl Node {
         };
         // Attach every time: it reuses the connection and finds the device
         // again (its name may have changed since a restart).
-        let device = self.connection_locks.with(&connection_key(&record), || {
+        let attached = self.connection_locks.with(&connection_key(&record), || {
             if record.phase == Phase::Attaching {
                 self.records.save(&record)?;
             }
             self.attacher.attach(&req.context)
-        })?;
+        });
+        let device = match attached {
+            Ok(device) => device,
+            Err(e) => {
+                // A target that refuses this node's credentials refuses
+                // every retry: a fresh Stage forgets the volume again (no
+                // Unstage follows a failed Stage).
+                if fresh && e.kind == Kind::PermissionDenied {
+                    self.release(&record)?;
+                }
+                return Err(e);
+            }
+        };
         if record.device.as_ref() != Some(&device) || record.phase == Phase::Attaching {
             record.device = Some(device.clone());
             record.phase = record.phase.max_attached();
@@ -185,7 +197,9 @@ impl Node {
         }
         std::fs::create_dir_all(&req.staging_path)
             .map_err(|e| Error::io(req.staging_path.display(), e))?;
-        mount_filesystem(device, &req.staging_path, fs_type, &options)
+        super::timed("mount", || {
+            mount_filesystem(device, &req.staging_path, fs_type, &options)
+        })
     }
 
     /// NodeUnstageVolume: unmounts the staging path, ends the connection if

@@ -1,0 +1,408 @@
+//! The node-lab bed: the agent serving zvols and thin LVs over NVMe/TCP
+//! and iSCSI on loopback, `pillar-csi node` as a child process, CSI request
+//! builders, and the kernel's witnesses (sysfs controllers and sessions, the
+//! mount table, `df`, `blkid`). The `node_*` lab tests (`tests/tests/node_*`)
+//! share it.
+use crate::{
+    agent::{pb, AgentConfig, AgentProcess, Client, ZfsParent},
+    csi::{csi_pb, NodePlugin},
+    run, Lab, Result,
+};
+use std::{
+    collections::HashMap,
+    fs,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+/// The agent's NVMe/TCP port in node tests.
+pub const NVME_PORT: u16 = 4430;
+/// The agent's iSCSI port in node tests.
+pub const ISCSI_PORT: u16 = 3270;
+/// NVMe/TCP, as the agent's enum.
+pub const NVME: i32 = pb::ProtocolType::NvmeofTcp as i32;
+/// iSCSI, as the agent's enum.
+pub const ISCSI: i32 = pb::ProtocolType::Iscsi as i32;
+/// A zvol, as the agent's enum.
+pub const ZVOL: i32 = pb::BackendType::ZfsZvol as i32;
+/// A thin LV, as the agent's enum.
+pub const LVM: i32 = pb::BackendType::Lvm as i32;
+/// How long Unstage of a volume whose export vanished may take: the
+/// plugin's unmount wait (10 s) plus disconnecting, with room for the
+/// lab's emulated CPU.
+pub const UNSTAGE_BOUND: Duration = Duration::from_secs(60);
+
+/// A fence token.
+pub fn fence(uid: &str, generation: u64) -> Option<pb::FenceToken> {
+    Some(pb::FenceToken {
+        volume_uid: uid.to_owned(),
+        generation,
+    })
+}
+
+/// The agent, the plugin, and the node's identity.
+pub struct Bench {
+    _parent: ZfsParent,
+    _agent: AgentProcess,
+    /// The agent's client.
+    pub agent: Client,
+    /// The node plugin.
+    pub plugin: NodePlugin,
+    /// The lab.
+    pub lab: Lab,
+    /// The node's host NQN (from NodeGetInfo).
+    pub host_nqn: String,
+    /// The node's initiator IQN (from NodeGetInfo).
+    pub iqn: String,
+}
+
+impl Bench {
+    /// Starts an agent (a fresh ZFS parent and the lab's thin pool) and a
+    /// node plugin, and reads the node's identity.
+    pub async fn new(name: &str) -> Result<Self> {
+        let lab = Lab::get();
+        let parent = ZfsParent::create(&lab, name)?;
+        let config = AgentConfig::new(
+            &lab,
+            &lab.unique(name),
+            vec![
+                parent.backend(),
+                format!("lvm={}/{}", lab.vg, lab.thin_pool),
+            ],
+            NVME_PORT,
+            ISCSI_PORT,
+        )?;
+        let agent_process = AgentProcess::start(config).await?;
+        let agent = agent_process.client().await?;
+        let plugin = NodePlugin::start(&lab, &lab.unique(name)).await?;
+        let info = plugin
+            .node()
+            .await?
+            .node_get_info(csi_pb::NodeGetInfoRequest {})
+            .await?
+            .into_inner();
+        let parts: Vec<&str> = info.node_id.split('/').collect();
+        assert_eq!(parts.len(), 3, "{}", info.node_id);
+        assert_eq!(parts[0], "lab-node");
+        Ok(Self {
+            host_nqn: parts[1].to_owned(),
+            iqn: parts[2].to_owned(),
+            _parent: parent,
+            _agent: agent_process,
+            agent,
+            plugin,
+            lab,
+        })
+    }
+
+    /// Creates a volume of `size` on `backend` and exports it over
+    /// `protocol` to this node only.
+    pub async fn volume(&mut self, backend: i32, protocol: i32, size: u64) -> Result<Volume> {
+        self.volume_with_chap(backend, protocol, size, None).await
+    }
+
+    /// As [`Bench::volume`]; with `chap`, the iSCSI export requires these
+    /// CHAP credentials (the publish context does not carry them: the test
+    /// adds them or not).
+    pub async fn volume_with_chap(
+        &mut self,
+        backend: i32,
+        protocol: i32,
+        size: u64,
+        chap: Option<pb::IscsiChap>,
+    ) -> Result<Volume> {
+        let uid = self.lab.unique("uid");
+        let id = if backend == ZVOL {
+            format!("{}/{}", self.lab.pool, self.lab.unique("vol"))
+        } else {
+            format!("{}/{}", self.lab.vg, self.lab.unique("lv"))
+        };
+        let created = self
+            .agent
+            .create_volume(pb::CreateVolumeRequest {
+                volume_id: id.clone(),
+                backend_type: backend,
+                capacity_bytes: size,
+                fence: fence(&uid, 1),
+                lvm_provisioning: pb::LvmProvisioning::Thin as i32,
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let mut v = Volume {
+            csi_id: format!(
+                "storage-1/{}/{}/{id}",
+                if protocol == NVME {
+                    "nvmeof-tcp"
+                } else {
+                    "iscsi"
+                },
+                if backend == ZVOL {
+                    "zfs-zvol"
+                } else {
+                    "lvm-lv"
+                }
+            ),
+            id,
+            uid,
+            backend,
+            protocol,
+            device: created.device_path.into(),
+            context: HashMap::new(),
+            chap,
+        };
+        v.context = self.export(&v).await?;
+        Ok(v)
+    }
+
+    /// Exports `v` to this node only; returns the publish context.
+    pub async fn export(&mut self, v: &Volume) -> Result<HashMap<String, String>> {
+        let initiator = if v.protocol == NVME {
+            &self.host_nqn
+        } else {
+            &self.iqn
+        };
+        let e = self
+            .agent
+            .export_volume(pb::ExportVolumeRequest {
+                volume_id: v.id.clone(),
+                backend_type: v.backend,
+                protocol_type: v.protocol,
+                fence: fence(&v.uid, 1),
+                acl_enabled: true,
+                allowed_initiators: vec![initiator.clone()],
+                chap: v.chap.clone(),
+            })
+            .await?
+            .into_inner();
+        Ok(HashMap::from([
+            (
+                "protocol".to_owned(),
+                if v.protocol == NVME {
+                    "nvmeof-tcp"
+                } else {
+                    "iscsi"
+                }
+                .to_owned(),
+            ),
+            ("address".to_owned(), e.address),
+            ("port".to_owned(), e.port.to_string()),
+            ("target".to_owned(), e.target_id),
+            ("lun".to_owned(), e.lun.to_string()),
+        ]))
+    }
+
+    /// Unexports `v`.
+    pub async fn unexport(&mut self, v: &Volume) -> Result<()> {
+        self.agent
+            .unexport_volume(pb::UnexportVolumeRequest {
+                volume_id: v.id.clone(),
+                protocol_type: v.protocol,
+                fence: fence(&v.uid, 1),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Unexports and deletes `v`.
+    pub async fn delete(&mut self, v: &Volume) -> Result<()> {
+        self.unexport(v).await?;
+        self.agent
+            .delete_volume(pb::DeleteVolumeRequest {
+                volume_id: v.id.clone(),
+                backend_type: v.backend,
+                fence: fence(&v.uid, 1),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Grows `v` on the storage side to `size`.
+    pub async fn expand(&mut self, v: &Volume, size: u64) -> Result<()> {
+        self.agent
+            .expand_volume(pb::ExpandVolumeRequest {
+                volume_id: v.id.clone(),
+                backend_type: v.backend,
+                requested_bytes: size,
+                fence: fence(&v.uid, 1),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// A fresh folder for staging or publishing.
+    pub fn path(&self, what: &str) -> PathBuf {
+        let dir = self.lab.work.join("kubelet");
+        let _ = fs::create_dir_all(&dir);
+        dir.join(self.lab.unique(what))
+    }
+}
+
+/// One agent volume and its publish context.
+pub struct Volume {
+    /// The agent's volume ID.
+    pub id: String,
+    /// The CSI volume handle.
+    pub csi_id: String,
+    /// The fence UID.
+    pub uid: String,
+    /// The backend, as the agent's enum.
+    pub backend: i32,
+    /// The protocol, as the agent's enum.
+    pub protocol: i32,
+    /// The device on the storage side.
+    pub device: PathBuf,
+    /// The publish context.
+    pub context: HashMap<String, String>,
+    /// The CHAP credentials the export requires, if any.
+    pub chap: Option<pb::IscsiChap>,
+}
+
+/// A single-node-writer filesystem capability (`noatime`).
+pub fn mount_cap(fs_type: &str) -> Option<csi_pb::VolumeCapability> {
+    use csi_pb::volume_capability::{access_mode::Mode, AccessMode, AccessType, MountVolume};
+    Some(csi_pb::VolumeCapability {
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: fs_type.to_owned(),
+            mount_flags: vec!["noatime".into()],
+            volume_mount_group: String::new(),
+        })),
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+    })
+}
+
+/// A single-node-writer block capability.
+pub fn block_cap() -> Option<csi_pb::VolumeCapability> {
+    use csi_pb::volume_capability::{access_mode::Mode, AccessMode, AccessType, BlockVolume};
+    Some(csi_pb::VolumeCapability {
+        access_type: Some(AccessType::Block(BlockVolume {})),
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+    })
+}
+
+/// A NodeStageVolume request.
+pub fn stage_req(
+    v: &Volume,
+    staging: &Path,
+    cap: Option<csi_pb::VolumeCapability>,
+) -> csi_pb::NodeStageVolumeRequest {
+    csi_pb::NodeStageVolumeRequest {
+        volume_id: v.csi_id.clone(),
+        publish_context: v.context.clone(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: cap,
+        ..Default::default()
+    }
+}
+
+/// A NodePublishVolume request.
+pub fn publish_req(
+    v: &Volume,
+    staging: &Path,
+    target: &Path,
+    cap: Option<csi_pb::VolumeCapability>,
+    readonly: bool,
+) -> csi_pb::NodePublishVolumeRequest {
+    csi_pb::NodePublishVolumeRequest {
+        volume_id: v.csi_id.clone(),
+        publish_context: v.context.clone(),
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: cap,
+        readonly,
+        ..Default::default()
+    }
+}
+
+/// A NodeUnstageVolume request.
+pub fn unstage_req(v: &Volume, staging: &Path) -> csi_pb::NodeUnstageVolumeRequest {
+    csi_pb::NodeUnstageVolumeRequest {
+        volume_id: v.csi_id.clone(),
+        staging_target_path: staging.display().to_string(),
+    }
+}
+
+/// A NodeUnpublishVolume request.
+pub fn unpublish_req(v: &Volume, target: &Path) -> csi_pb::NodeUnpublishVolumeRequest {
+    csi_pb::NodeUnpublishVolumeRequest {
+        volume_id: v.csi_id.clone(),
+        target_path: target.display().to_string(),
+    }
+}
+
+/// The mount table's line for `path` (the `findmnt` witness).
+pub fn mounted(path: &Path) -> Result<Option<String>> {
+    Ok(fs::read_to_string("/proc/self/mountinfo")?
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(&path.display().to_string()))
+        .map(str::to_owned))
+}
+
+/// `df -B1` size of the filesystem at `path`.
+pub fn df_size(path: &Path) -> Result<u64> {
+    let out = run("df", &["-B1", "--output=size", &path.display().to_string()])?;
+    Ok(out.lines().nth(1).unwrap_or_default().trim().parse()?)
+}
+
+/// The NVMe controllers of subsystem `nqn` (the sysfs witness).
+pub fn controllers_of(nqn: &str) -> Vec<String> {
+    fs::read_dir("/sys/class/nvme")
+        .map(|it| {
+            it.filter_map(|e| e.ok())
+                .filter(|e| {
+                    fs::read_to_string(e.path().join("subsysnqn")).is_ok_and(|s| s.trim() == nqn)
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether an iSCSI session to `iqn` exists.
+pub fn iscsi_session(iqn: &str) -> bool {
+    fs::read_dir("/sys/class/iscsi_session").is_ok_and(|it| {
+        it.filter_map(|e| e.ok())
+            .any(|e| fs::read_to_string(e.path().join("targetname")).is_ok_and(|s| s.trim() == iqn))
+    })
+}
+
+/// How many staging records the plugin keeps in `state_dir`.
+pub fn records(state_dir: &Path) -> Result<usize> {
+    Ok(fs::read_dir(state_dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .count())
+}
+
+/// Whether the node holds a connection to `v`'s target.
+pub fn connected(v: &Volume) -> bool {
+    let target = &v.context["target"];
+    if v.protocol == NVME {
+        !controllers_of(target).is_empty()
+    } else {
+        iscsi_session(target)
+    }
+}
+
+/// The filesystem UUID on the namespace of subsystem `nqn` (blkid witness).
+pub fn blkid_uuid(nqn: &str) -> Result<String> {
+    let ctrl = controllers_of(nqn)
+        .into_iter()
+        .next()
+        .ok_or("no controller")?;
+    let disk = fs::read_dir(format!("/sys/class/nvme/{ctrl}"))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with(&format!("{ctrl}n")))
+        .ok_or("no disk")?;
+    let uuid = run(
+        "blkid",
+        &["-p", "-o", "value", "-s", "UUID", &format!("/dev/{disk}")],
+    )?;
+    assert!(!uuid.trim().is_empty());
+    Ok(uuid.trim().to_owned())
+}

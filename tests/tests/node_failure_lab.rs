@@ -1,0 +1,117 @@
+//! The node plugin through failures: killed between connect and mount (a
+//! restarted plugin's retried Stage reuses the controller and the
+//! filesystem), and an export removed while staged (reported abnormal, and
+//! Unstage is bounded).
+//!
+//! Run with `tests/lab/run tests -- node_`.
+use pillar_csi_lab::{agent::pb, csi::csi_pb, node_bed::*, Result};
+use std::{
+    fs,
+    time::{Duration, Instant},
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn node_killed_before_mount_restarts_and_stage_retries() -> Result<()> {
+    let mut b = Bench::new("node-kill").await?;
+    let v = b.volume(ZVOL, NVME, 64 << 20).await?;
+    let staging = b.path("staging");
+    b.plugin.kill()?;
+    b.plugin
+        .spawn(&[("PILLAR_CSI_NODE_FAULT", "hang-before-mount")])
+        .await?;
+    let mut n = b.plugin.node().await?;
+    let req = stage_req(&v, &staging, mount_cap("ext4"));
+    let hung = tokio::spawn(async move { n.node_stage_volume(req).await });
+    // Wait (bounded) until the plugin says it reached the fault point.
+    let start = Instant::now();
+    while !b.plugin.log().contains("hanging before the mount") {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the fault point was not reached:\n{}",
+            b.plugin.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let nqn = v.context["target"].clone();
+    assert_eq!(controllers_of(&nqn).len(), 1, "connected before the kill");
+    let disk = blkid_uuid(&nqn)?;
+    b.plugin.kill()?;
+    let _ = hung.await;
+    assert_eq!(mounted(&staging)?, None);
+    b.plugin.spawn(&[]).await?;
+    let mut n = b.plugin.node().await?;
+    n.node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
+        .await?;
+    assert_eq!(controllers_of(&nqn).len(), 1, "no second controller");
+    assert_eq!(
+        blkid_uuid(&nqn)?,
+        disk,
+        "no second format: the filesystem UUID is the same"
+    );
+    assert!(mounted(&staging)?.is_some());
+    n.node_unstage_volume(unstage_req(&v, &staging)).await?;
+    assert!(controllers_of(&nqn).is_empty());
+    b.delete(&v).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn node_export_removed_while_staged_is_abnormal_and_unstage_is_bounded() -> Result<()> {
+    let mut b = Bench::new("node-gone").await?;
+    let mut n = b.plugin.node().await?;
+    let v = b.volume(ZVOL, NVME, 64 << 20).await?;
+    let staging = b.path("staging");
+    n.node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
+        .await?;
+    fs::write(staging.join("f"), b"dirty")?;
+    let stats_req = csi_pb::NodeGetVolumeStatsRequest {
+        volume_id: v.csi_id.clone(),
+        volume_path: staging.display().to_string(),
+        staging_target_path: staging.display().to_string(),
+    };
+    let healthy = n
+        .node_get_volume_stats(stats_req.clone())
+        .await?
+        .into_inner();
+    assert_eq!(healthy.volume_condition.map(|c| c.abnormal), Some(false));
+    b.unexport(&v).await?;
+    let start = Instant::now();
+    let condition = loop {
+        let s = n
+            .node_get_volume_stats(stats_req.clone())
+            .await?
+            .into_inner();
+        if let Some(c) = s.volume_condition.filter(|c| c.abnormal) {
+            break c;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never reported abnormal"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        condition.message.contains("not reachable") || condition.message.contains("gone"),
+        "{condition:?}"
+    );
+    let start = Instant::now();
+    n.node_unstage_volume(unstage_req(&v, &staging)).await?;
+    let took = start.elapsed();
+    assert!(took < UNSTAGE_BOUND, "Unstage took {took:?}");
+    assert_eq!(mounted(&staging)?, None);
+    assert!(controllers_of(&v.context["target"]).is_empty());
+    fs::write(
+        b.lab.work.join("node-measurements.txt"),
+        format!("unstage with the export gone: {took:?}\n"),
+    )?;
+    b.agent
+        .delete_volume(pb::DeleteVolumeRequest {
+            volume_id: v.id.clone(),
+            backend_type: v.backend,
+            fence: fence(&v.uid, 1),
+        })
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! The node plugin refuses what it must not touch and repeats what it may:
+//! a device holding another filesystem or a partition table is never
+//! formatted (and the refused Stage leaves nothing behind); repeated calls
+//! succeed and conflicting ones are ALREADY_EXISTS.
+//!
+//! Run with `tests/lab/run tests -- node_`.
+use pillar_csi_lab::{
+    block::{pattern, read_at, write_at},
+    node_bed::*,
+    run, Result,
+};
+use std::fs;
+use tonic::Code;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn node_refuses_another_filesystem_and_a_partition_table() -> Result<()> {
+    let mut b = Bench::new("node-refuse").await?;
+    let mut n = b.plugin.node().await?;
+    // ext4 with a file, made on the storage side.
+    let v = b.volume(ZVOL, NVME, 64 << 20).await?;
+    run("mkfs.ext4", &["-q", &v.device.display().to_string()])?;
+    let witness = b.path("witness");
+    fs::create_dir_all(&witness)?;
+    run(
+        "mount",
+        &[
+            &v.device.display().to_string(),
+            &witness.display().to_string(),
+        ],
+    )?;
+    let data = pattern(3, 4096);
+    fs::write(witness.join("keep"), &data)?;
+    run("umount", &[&witness.display().to_string()])?;
+    let staging = b.path("staging");
+    let e = n
+        .node_stage_volume(stage_req(&v, &staging, mount_cap("xfs")))
+        .await
+        .expect_err("ext4 staged as xfs is refused");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(e.message().contains("ext4"), "{e}");
+    assert_eq!(mounted(&staging)?, None);
+    // kubelet calls no Unstage after a failed Stage: the refusal itself
+    // ended the connection and left no staging record.
+    assert!(!connected(&v), "the refused Stage's connection is ended");
+    assert_eq!(records(&b.plugin.state_dir)?, 0, "no staging record left");
+    n.node_unstage_volume(unstage_req(&v, &staging)).await?;
+    run(
+        "mount",
+        &[
+            "-o",
+            "ro",
+            &v.device.display().to_string(),
+            &witness.display().to_string(),
+        ],
+    )?;
+    assert_eq!(
+        fs::read(witness.join("keep"))?,
+        data,
+        "the ext4 data is intact"
+    );
+    run("umount", &[&witness.display().to_string()])?;
+    b.delete(&v).await?;
+
+    // A DOS partition table and no filesystem.
+    let v = b.volume(ZVOL, NVME, 64 << 20).await?;
+    let mut entry = [0u8; 16];
+    entry[4] = 0x83;
+    entry[8..12].copy_from_slice(&2048u32.to_le_bytes());
+    entry[12..16].copy_from_slice(&4096u32.to_le_bytes());
+    write_at(&v.device, 446, &entry)?;
+    write_at(&v.device, 510, &[0x55, 0xAA])?;
+    let before = read_at(&v.device, 0, 1 << 20)?;
+    let e = n
+        .node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
+        .await
+        .expect_err("a partition table is refused");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(e.message().contains("partition table"), "{e}");
+    assert!(!connected(&v), "the refused Stage's connection is ended");
+    assert_eq!(records(&b.plugin.state_dir)?, 0, "no staging record left");
+    n.node_unstage_volume(unstage_req(&v, &staging)).await?;
+    assert_eq!(read_at(&v.device, 0, 1 << 20)?, before, "nothing written");
+    b.delete(&v).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn node_calls_are_idempotent_and_conflicts_already_exist() -> Result<()> {
+    let mut b = Bench::new("node-idem").await?;
+    let mut n = b.plugin.node().await?;
+    let v = b.volume(ZVOL, ISCSI, 64 << 20).await?;
+    let staging = b.path("staging");
+    let target = b.path("target");
+    for _ in 0..2 {
+        n.node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
+            .await?;
+    }
+    let e = n
+        .node_stage_volume(stage_req(&v, &b.path("other-staging"), mount_cap("ext4")))
+        .await
+        .expect_err("a second staging path");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e}");
+    for _ in 0..2 {
+        n.node_publish_volume(publish_req(&v, &staging, &target, mount_cap("ext4"), true))
+            .await?;
+    }
+    let line = mounted(&target)?.ok_or("not published")?;
+    assert!(
+        line.split(' ')
+            .nth(5)
+            .is_some_and(|o| o.split(',').any(|f| f == "ro")),
+        "{line}"
+    );
+    let e = n
+        .node_publish_volume(publish_req(&v, &staging, &target, mount_cap("ext4"), false))
+        .await
+        .expect_err("read-write over a read-only publish");
+    assert_eq!(e.code(), Code::AlreadyExists, "{e}");
+    for _ in 0..2 {
+        n.node_unpublish_volume(unpublish_req(&v, &target)).await?;
+    }
+    for _ in 0..2 {
+        n.node_unstage_volume(unstage_req(&v, &staging)).await?;
+    }
+    assert!(!connected(&v));
+    b.delete(&v).await?;
+    Ok(())
+}
