@@ -1,4 +1,5 @@
-//! A simulated backend (one zvol pool, `tank`) and NVMe/TCP exporter: the
+//! A simulated backend (one zvol pool, `tank`; the LVM volume group of
+//! [`super::sim_lvm`] beside it) and NVMe/TCP exporter: the
 //! service's unit tests (fencing, idempotency, locking and failure handling
 //! without the kernel) and the CSI controller's API-server tests use it. The same
 //! behaviour against the real kernel, ZFS and LVM is proven by the lab tests.
@@ -228,6 +229,8 @@ pub struct Fixture {
     pub agent: Arc<Agent>,
     /// Its backend.
     pub backend: Arc<SimBackend>,
+    /// Its LVM backend (volume group [`super::sim_lvm::VG`]).
+    pub lvm: Arc<super::sim_lvm::SimLvm>,
     /// Its exporter.
     pub exporter: Arc<SimExporter>,
     /// The marks' folder, removed on drop.
@@ -238,16 +241,18 @@ pub struct Fixture {
 pub fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let backend = Arc::new(SimBackend::default());
+    let lvm = Arc::new(super::sim_lvm::SimLvm::default());
     let exporter = Arc::new(SimExporter::default());
     let marks = MarkStore::open(dir.path()).expect("marks");
     let agent = Arc::new(Agent::new(
-        vec![backend.clone()],
+        vec![backend.clone(), lvm.clone()],
         vec![exporter.clone()],
         marks,
     ));
     Fixture {
         agent,
         backend,
+        lvm,
         exporter,
         _dir: dir,
     }
