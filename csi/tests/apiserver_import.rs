@@ -646,3 +646,35 @@ async fn filesystem_and_backend_annotations_shape_a_new_volume() -> Result {
     assert!(e.message().starts_with(FS), "{}", e.message());
     Ok(())
 }
+
+#[tokio::test]
+async fn a_retry_after_the_claim_was_deleted_completes_the_recorded_import() -> Result {
+    let bed = bed().await?;
+    bed.server.kubectl(&["create", "namespace", "db"])?;
+    bed.add_zvol("orphan", 96 * MIB);
+    let pv = claim(&bed, "db", "orphan", &[(ZVOL, "tank/k8s/orphan")]).await?;
+    bed.agent_at(1)?;
+    let e = refused(&bed, &pv, 64 * MIB, "hot", "orphan").await;
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    bed.agent_at(bed.agent_port)?;
+    // The claim goes; the provisioner retries to learn whether a volume
+    // exists: the record's import stands for the claim's annotation.
+    bed.server
+        .kubectl(&["-n", "db", "delete", "pvc", "orphan"])?;
+    let volume = create(&bed, &pv, 64 * MIB, "hot", "orphan").await?;
+    assert_eq!(volume.capacity_bytes, (96 * MIB) as i64);
+    assert_eq!(
+        bed.last_create().map(|c| c.import_zvol),
+        Some("tank/k8s/orphan".to_owned())
+    );
+    // ... and then deletes it: an import that completed is destroyed
+    // under reclaimPolicy Delete.
+    delete(&bed, &volume.volume_id).await?;
+    assert_eq!(bed.zvol("orphan"), None);
+    assert!(states(&bed).await?.is_empty());
+    assert!(reservations(&bed).await?.is_empty());
+    // A claim that never existed is still refused, naming it.
+    let e = refused(&bed, "pvc-none", 64 * MIB, "hot", "never").await;
+    assert_eq!(e.message(), "PersistentVolumeClaim db/never does not exist");
+    Ok(())
+}

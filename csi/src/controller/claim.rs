@@ -77,6 +77,37 @@ pub fn reference(claim: &PersistentVolumeClaim) -> ClaimRef {
 }
 
 impl Controller {
+    /// What the claim of a CreateVolume asks, and its reference. When the
+    /// claim is gone but the volume's record exists (the provisioner
+    /// retries a CreateVolume after the claim's deletion, to learn whether
+    /// a volume exists to delete), the record's import stands for it.
+    pub(super) async fn wants_of(
+        &self,
+        request: &csi::CreateVolumeRequest,
+        place: &Placement,
+        existing: Option<&PillarVolumeState>,
+    ) -> Result<(Wants, Option<ClaimRef>)> {
+        match (self.claim(&request.parameters).await, existing) {
+            (Ok(claim), _) => {
+                let annotations = claim.as_ref().map(|c| c.annotations().clone());
+                let wants = wants(
+                    &annotations.unwrap_or_default(),
+                    place,
+                    &request.volume_capabilities,
+                )?;
+                Ok((wants, claim.as_ref().map(reference)))
+            }
+            (Err(Error::FailedPrecondition(_)), Some(state)) => Ok((
+                Wants {
+                    import: import::recorded(state)?,
+                    ..Wants::default()
+                },
+                state.spec.claim_ref.clone(),
+            )),
+            (Err(e), _) => Err(e),
+        }
+    }
+
     /// The claim named by the provisioner's parameters (`None` without
     /// them); a named claim that does not exist is refused.
     pub(super) async fn claim(

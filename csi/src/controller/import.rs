@@ -214,6 +214,41 @@ impl Import {
     }
 }
 
+/// The import a record was created with (`None` for a created volume), for
+/// a retry whose claim is already gone.
+pub fn recorded(state: &PillarVolumeState) -> Result<Option<Import>> {
+    let id = |backend| {
+        AgentVolumeId::parse(backend, &state.spec.agent_volume_id)
+            .map_err(|e| Error::FailedPrecondition(format!("the record's agentVolumeID: {e}")))
+    };
+    let bad = |e: api::annotations::InvalidAnnotation| {
+        Error::FailedPrecondition(format!("the record's import source: {e}"))
+    };
+    if let Some(d) = &state.spec.imported_from {
+        return Ok(Some(Import {
+            source: Source::Zvol(parse_import_zvol(d).map_err(bad)?),
+            agent_volume_id: id(Backend::ZfsZvol)?,
+        }));
+    }
+    let Some(s) = &state.spec.lvm_source else {
+        return Ok(None);
+    };
+    let identity = parse_import_lv(&format!(
+        "{}/{}:{}:{}",
+        s.volume_group, s.logical_volume, s.volume_group_uuid, s.logical_volume_uuid
+    ))
+    .map_err(bad)?;
+    let policy = if s.preserve_original {
+        LvPolicy::PreserveOriginal
+    } else {
+        LvPolicy::Managed
+    };
+    Ok(Some(Import {
+        source: Source::Lv { identity, policy },
+        agent_volume_id: id(Backend::LvmLv)?,
+    }))
+}
+
 /// How an existing record's source reads in a message.
 fn recorded_source(state: &PillarVolumeState) -> Option<String> {
     if let Some(d) = &state.spec.imported_from {

@@ -220,3 +220,22 @@ fn publish_and_expand_of_an_import_that_never_completed_are_refused() {
     assert!(never_adopted(h, &plain, "expand").is_none());
     assert_eq!(completed(&plain), None);
 }
+
+#[test]
+fn a_record_s_import_stands_for_a_claim_that_is_gone() {
+    let k8s = zfs(Some("k8s"));
+    let x = ask(&[(Z, "hot-data/k8s/x")], &k8s).unwrap().unwrap();
+    let state = record(Some("hot-data/k8s/x"), None, None);
+    assert_eq!(recorded(&state).unwrap(), Some(x));
+    let value = format!("data-vg/legacy:{VG_UUID}:{LV_UUID}");
+    let lv = ask(
+        &[(L, &value), (IMPORT_LV_POLICY_ANNOTATION, "Managed")],
+        &lvm(),
+    )
+    .unwrap()
+    .unwrap();
+    let mut state = record(None, lv.lvm_source(), None);
+    state.spec.agent_volume_id = "data-vg/legacy".into();
+    assert_eq!(recorded(&state).unwrap(), Some(lv));
+    assert_eq!(recorded(&record(None, None, None)).unwrap(), None);
+}

@@ -6,7 +6,6 @@
 //! agent call, so a controller that restarts mid-way converges on the same
 //! agent lifecycle. A record is removed only after the agent answered.
 use super::capabilities::check_all;
-use super::claim;
 use super::error::{Error, Result};
 use super::import;
 use super::resolve::{self, acl_of, protocol_of, volume_in};
@@ -61,14 +60,8 @@ impl Controller {
         let class = resolve::class_name(&req.parameters)?;
         let place = resolve::placement(&self.client, class).await?;
         let store_name = place.store.name_any();
-        let claim = self.claim(&req.parameters).await?;
-        let annotations = claim.as_ref().map(|c| c.annotations().clone());
-        let wants = claim::wants(
-            &annotations.unwrap_or_default(),
-            &place,
-            &req.volume_capabilities,
-        )?;
-        let claim_ref = claim.as_ref().map(claim::reference);
+        let existing = self.states.get(&req.name).await?;
+        let (wants, claim_ref) = self.wants_of(&req, &place, existing.as_ref()).await?;
         let id = match &wants.import {
             Some(import) => import.agent_volume_id.clone(),
             None => volume_in(&store_name, &place.store.spec.backend, &req.name)?,
@@ -77,7 +70,6 @@ impl Controller {
         let handle = VolumeHandle::new(&place.agent.name_any(), protocol, id.clone())
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
 
-        let existing = self.states.get(&req.name).await?;
         if let Some(existing) = &existing {
             import::check_record(&req.name, existing, wants.import.as_ref())?;
         }
