@@ -659,6 +659,18 @@ async fn a_retry_after_the_claim_was_deleted_completes_the_recorded_import() -> 
     bed.agent_at(bed.agent_port)?;
     // The claim goes; the provisioner retries to learn whether a volume
     // exists: the record's import stands for the claim's annotation.
+    // (The API server's admission adds kubernetes.io/pvc-protection, which
+    // only the absent controller-manager would remove.)
+    bed.server.kubectl(&[
+        "-n",
+        "db",
+        "patch",
+        "pvc",
+        "orphan",
+        "--type=merge",
+        "-p",
+        "{\"metadata\":{\"finalizers\":null}}",
+    ])?;
     bed.server
         .kubectl(&["-n", "db", "delete", "pvc", "orphan"])?;
     let volume = create(&bed, &pv, 64 * MIB, "hot", "orphan").await?;
