@@ -71,6 +71,25 @@ impl Error {
         }
     }
 
+    /// The text a claim's event carries: an agent's refusal (its
+    /// FAILED_PRECONDITION, INVALID_ARGUMENT or OUT_OF_RANGE, such as the
+    /// spec's rows starting `import of volume`) exactly as the agent wrote
+    /// it; anything else as [`Display`](std::fmt::Display) writes it (an
+    /// unreachable agent keeps its name).
+    pub fn for_claim(&self) -> String {
+        match self {
+            Error::Agent { status, .. }
+                if matches!(
+                    status.code(),
+                    Code::FailedPrecondition | Code::InvalidArgument | Code::OutOfRange
+                ) =>
+            {
+                status.message().to_owned()
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// Whether the Kubernetes API answered 404.
     pub fn is_kube_not_found(&self) -> bool {
         matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 404)
@@ -96,6 +115,19 @@ mod tests {
         let s = Status::from(e);
         assert_eq!(s.code(), Code::FailedPrecondition);
         assert_eq!(s.message(), "agent storage-1: stale fencing token");
+        let refusal = Error::Agent {
+            agent: "storage-1".into(),
+            status: Status::failed_precondition("import of volume tank/x refused: missing: x"),
+        };
+        assert_eq!(
+            refusal.for_claim(),
+            "import of volume tank/x refused: missing: x"
+        );
+        let down = Error::Agent {
+            agent: "storage-1".into(),
+            status: Status::unavailable("connection refused"),
+        };
+        assert_eq!(down.for_claim(), "agent storage-1: connection refused");
         assert_eq!(
             Status::from(Error::Aborted("x".into())).code(),
             Code::Aborted

@@ -11,14 +11,22 @@
 //! - [`state`]: the PillarVolumeState store and the fence token;
 //! - [`agents`]: channels to agents; [`error`]: the one mapping to gRPC codes;
 //! - [`events`]: events on claims and records, where users read refusals;
+//! - [`claim`]: the claim of a CreateVolume and what its annotations ask;
+//! - [`import`]: the `import-zvol` / `import-lv` annotations and their
+//!   refusals; [`reservations`]: the PillarVolumeReservation each import
+//!   takes; [`settings`]: the `filesystem` and `backend` annotations.
 
 pub mod agents;
 pub mod capabilities;
+pub mod claim;
 pub mod error;
 pub mod events;
+pub mod import;
 pub mod listing;
 pub mod publish;
+pub mod reservations;
 pub mod resolve;
+pub mod settings;
 pub mod state;
 pub mod volumes;
 
@@ -38,6 +46,7 @@ use tonic::{Request, Response, Status};
 pub struct Controller {
     client: kube::Client,
     states: States,
+    reservations: reservations::Reservations,
     agents: Agents,
     events: events::Events,
 }
@@ -63,6 +72,7 @@ impl Controller {
     pub fn new(client: kube::Client, agents: Agents) -> Self {
         Controller {
             states: States::new(client.clone()),
+            reservations: reservations::Reservations::new(client.clone()),
             events: events::Events::new(client.clone()),
             client,
             agents,
@@ -97,6 +107,9 @@ impl Controller {
                 "cannot {action} volume {volume_id}: it is being deleted"
             )));
         }
+        if let Some(refusal) = import::never_adopted(volume_id, &state, action) {
+            return Err(refusal);
+        }
         if status.phase != Some(VolumePhase::Ready) {
             let phase = status
                 .phase
@@ -111,7 +124,8 @@ impl Controller {
 }
 
 impl Controller {
-    /// Posts a CreateVolume refusal, text for text, as a Warning event on
+    /// Posts a CreateVolume refusal, text for text (an agent's refusal as
+    /// the agent wrote it, see [`Error::for_claim`]), as a Warning event on
     /// the claim named by the provisioner's `csi.storage.k8s.io/pvc/*`
     /// parameters (when they are there and the claim still exists).
     async fn tell_claim(&self, parameters: &HashMap<String, String>, refusal: &Error) {
@@ -128,7 +142,7 @@ impl Controller {
                     &claim,
                     events::Kind::Warning,
                     "ProvisioningFailed",
-                    &refusal.to_string(),
+                    &refusal.for_claim(),
                 )
                 .await;
         }

@@ -7,16 +7,15 @@
 //! agent lifecycle. A record is removed only after the agent answered.
 use super::capabilities::check_all;
 use super::error::{Error, Result};
+use super::import;
 use super::resolve::{self, acl_of, protocol_of, volume_in};
 use super::state::{fence, generation};
 use super::{backend_type, Controller};
 use api::crd::{
-    ClaimRef, ExportSpec, PillarVolumeState, PillarVolumeStateSpec, PillarVolumeStateStatus,
-    Resolved, VolumePhase,
+    ExportSpec, PillarVolumeState, PillarVolumeStateSpec, PillarVolumeStateStatus, Resolved,
+    VolumePhase,
 };
 use api::handle::VolumeHandle;
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::Api;
 use kube::ResourceExt;
 use pillar_csi_proto::agent::v1 as agent;
 use pillar_csi_proto::csi::v1 as csi;
@@ -24,10 +23,7 @@ use std::collections::HashMap;
 
 /// The size of a volume whose request names none: 1 GiB.
 pub const DEFAULT_BYTES: u64 = 1 << 30;
-/// The parameters the external-provisioner adds with `--extra-create-metadata`.
-pub const PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
-/// See [`PVC_NAME`].
-pub const PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
+pub use super::claim::{PVC_NAME, PVC_NAMESPACE};
 
 fn requested_bytes(range: Option<&csi::CapacityRange>) -> Result<u64> {
     let (required, limit) = range.map_or((0, 0), |r| (r.required_bytes, r.limit_bytes));
@@ -49,30 +45,6 @@ fn requested_bytes(range: Option<&csi::CapacityRange>) -> Result<u64> {
 }
 
 impl Controller {
-    async fn claim_ref(&self, parameters: &HashMap<String, String>) -> Result<Option<ClaimRef>> {
-        let (Some(name), Some(namespace)) =
-            (parameters.get(PVC_NAME), parameters.get(PVC_NAMESPACE))
-        else {
-            return Ok(None);
-        };
-        let pvc = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(Error::kube(format!(
-                "read PersistentVolumeClaim {namespace}/{name}"
-            )))?
-            .ok_or_else(|| {
-                Error::FailedPrecondition(format!(
-                    "PersistentVolumeClaim {namespace}/{name} does not exist"
-                ))
-            })?;
-        Ok(Some(ClaimRef {
-            uid: pvc.metadata.uid.unwrap_or_default(),
-            namespace: namespace.clone(),
-            name: name.clone(),
-        }))
-    }
-
     /// CreateVolume.
     pub async fn provision(&self, req: csi::CreateVolumeRequest) -> Result<csi::Volume> {
         if req.name.is_empty() {
@@ -88,12 +60,29 @@ impl Controller {
         let class = resolve::class_name(&req.parameters)?;
         let place = resolve::placement(&self.client, class).await?;
         let store_name = place.store.name_any();
-        let id = volume_in(&store_name, &place.store.spec.backend, &req.name)?;
+        let existing = self.states.get(&req.name).await?;
+        let (wants, claim_ref) = self.wants_of(&req, &place, existing.as_ref()).await?;
+        let id = match &wants.import {
+            Some(import) => import.agent_volume_id.clone(),
+            None => volume_in(&store_name, &place.store.spec.backend, &req.name)?,
+        };
         let protocol = protocol_of(&place.protocol.name_any(), &place.protocol.spec.protocol)?;
         let handle = VolumeHandle::new(&place.agent.name_any(), protocol, id.clone())
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
 
-        let state = match self.states.get(&req.name).await? {
+        if let Some(existing) = &existing {
+            import::check_record(&req.name, existing, wants.import.as_ref())?;
+        }
+        if let Some(import) = &wants.import {
+            self.reserve(
+                import,
+                &place.agent.name_any(),
+                &req.name,
+                claim_ref.as_ref(),
+            )
+            .await?;
+        }
+        let state = match existing {
             Some(existing) => existing,
             None => {
                 let mut record = PillarVolumeState::new(
@@ -105,16 +94,19 @@ impl Controller {
                         backend_type: id.backend(),
                         protocol_type: protocol,
                         capacity_bytes: bytes,
-                        claim_ref: self.claim_ref(&req.parameters).await?,
-                        imported_from: None,
-                        lvm_source: None,
+                        claim_ref,
+                        imported_from: wants.import.as_ref().and_then(|i| i.imported_from()),
+                        lvm_source: wants.import.as_ref().and_then(|i| i.lvm_source()),
                         resolved: Some(Resolved {
                             storage_class_ref: place.class.name_any(),
                             store_ref: store_name.clone(),
                             protocol_ref: place.protocol.name_any(),
                             backend: place.store.spec.backend.clone(),
                             protocol: place.protocol.spec.protocol.clone(),
-                            filesystem: place.class.spec.filesystem.clone(),
+                            filesystem: wants
+                                .filesystem
+                                .clone()
+                                .or_else(|| place.class.spec.filesystem.clone()),
                         }),
                         export_spec: Some(ExportSpec {
                             acl_enabled: acl_of(&place.protocol.spec.protocol),
@@ -148,21 +140,21 @@ impl Controller {
             )));
         }
 
+        let mut request = agent::CreateVolumeRequest {
+            volume_id: id.to_string(),
+            backend_type: backend_type(id.backend()),
+            capacity_bytes: bytes,
+            fence: Some(fence(&state, generation(&state))),
+            ..Default::default()
+        };
+        wants.backend.apply(&place.store.spec.backend, &mut request);
+        if let Some(import) = &wants.import {
+            import.apply(&mut request);
+        }
         let mut client = self.agents.client(&place.agent)?;
         let created = client
             .client
-            .create_volume(agent::CreateVolumeRequest {
-                volume_id: id.to_string(),
-                backend_type: backend_type(id.backend()),
-                capacity_bytes: bytes,
-                fence: Some(fence(&state, generation(&state))),
-                lvm_provisioning: match &place.store.spec.backend.lvm {
-                    Some(l) if l.thin_pool.is_some() => agent::LvmProvisioning::Thin as i32,
-                    Some(_) => agent::LvmProvisioning::Linear as i32,
-                    None => agent::LvmProvisioning::Unspecified as i32,
-                },
-                ..Default::default()
-            })
+            .create_volume(request)
             .await
             .map_err(client.fail())?
             .into_inner();
@@ -185,7 +177,12 @@ impl Controller {
             self.states.set_status(&state, status).await?;
         }
         let mut context = HashMap::new();
-        if let Some(fs) = &place.class.spec.filesystem {
+        let filesystem = state
+            .spec
+            .resolved
+            .as_ref()
+            .and_then(|r| r.filesystem.as_ref());
+        if let Some(fs) = filesystem {
             context.insert(
                 "fsType".to_owned(),
                 serde_json::to_value(fs.fs_type)
@@ -202,8 +199,11 @@ impl Controller {
         })
     }
 
-    /// DeleteVolume: the agent deletes (or, for a PreserveOriginal LV,
-    /// releases) the volume, then the record goes.
+    /// DeleteVolume: the agent deletes (or, for a PreserveOriginal LV or an
+    /// import that never completed, releases: the agent forgets the claim
+    /// and nothing is destroyed) the volume, then the import's reservation
+    /// and the record go. While the agent cannot be reached the records
+    /// stay, for the retry.
     pub async fn remove(&self, volume_id: &str) -> Result<()> {
         if volume_id.is_empty() {
             return Err(Error::InvalidArgument("the volume ID is missing".into()));
@@ -223,13 +223,21 @@ impl Controller {
                 node.node_id
             )));
         }
+        // An import that never completed keeps its phase while it is
+        // deleted, so that a retry still knows nothing was adopted.
+        let incomplete = import::completed(&state) == Some(false);
         let state = if status.deleting != Some(true) {
+            let phase = if incomplete {
+                status.phase
+            } else {
+                Some(VolumePhase::Deleting)
+            };
             self.states
                 .set_status(
                     &state,
                     PillarVolumeStateStatus {
                         deleting: Some(true),
-                        phase: Some(VolumePhase::Deleting),
+                        phase,
                         ..status
                     },
                 )
@@ -242,12 +250,12 @@ impl Controller {
         let token = Some(fence(&state, generation(&state)));
         let backend = backend_type(state.spec.backend_type);
         let volume = state.spec.agent_volume_id.clone();
-        if state
+        let preserved = state
             .spec
             .lvm_source
             .as_ref()
-            .is_some_and(|s| s.preserve_original)
-        {
+            .is_some_and(|s| s.preserve_original);
+        if preserved || incomplete {
             client
                 .client
                 .release_volume(agent::ReleaseVolumeRequest {
@@ -268,6 +276,7 @@ impl Controller {
                 .await
                 .map_err(client.fail())?;
         }
+        self.reservations.release_for(&state).await?;
         self.states.delete(&state).await
     }
 

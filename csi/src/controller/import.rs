@@ -1,0 +1,346 @@
+//! Imports through PVC annotations: `pillar-csi.bhyoo.com/import-zvol`
+//! (spec/import-zvol.md) and `pillar-csi.bhyoo.com/import-lv` with
+//! `import-lv-policy` (spec/adopt-lvm-lv.md).
+//!
+//! Everything here runs before anything is written: the annotation's value,
+//! its fit to the class's PillarStore, and its fit to a record that already
+//! exists for the volume. Each refusal is the text of the spec's Refusals
+//! tables (controller-side rows); the agent's rows (`import of volume ...`)
+//! come from the agent and reach the claim verbatim (see [`Error::for_claim`]).
+//!
+//! [`Error::for_claim`]: super::error::Error::for_claim
+use super::error::{Error, Result};
+use api::annotations::{
+    parse_import_lv, parse_import_lv_policy, parse_import_zvol, LvIdentity, LvPolicy,
+    IMPORT_LV_ANNOTATION, IMPORT_LV_POLICY_ANNOTATION, IMPORT_ZVOL_ANNOTATION,
+};
+use api::crd::{LvmSource, PillarVolumeState, StoreBackend, VolumePhase};
+use api::handle::AgentVolumeId;
+use api::names::zfs::DatasetName;
+use api::tokens::Backend;
+use pillar_csi_proto::agent::v1 as agent;
+use std::collections::BTreeMap;
+
+/// What a claim asks to adopt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// An existing zvol, by its full dataset name.
+    Zvol(DatasetName),
+    /// An existing LV, pinned by names and UUIDs, with its policy.
+    Lv {
+        /// Names and UUIDs.
+        identity: LvIdentity,
+        /// PreserveOriginal or Managed.
+        policy: LvPolicy,
+    },
+}
+
+/// An import a claim asks for, checked against the class's store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Import {
+    /// The volume to adopt.
+    pub source: Source,
+    /// Its volume ID on the agent: `<pool>/<zvol name>` or `<vg>/<lv>`.
+    pub agent_volume_id: AgentVolumeId,
+}
+
+fn invalid(message: String) -> Error {
+    Error::InvalidArgument(message)
+}
+
+/// Reads the import annotations of a claim (`None` without any) and checks
+/// them against the store the class places volumes in. `store` is the
+/// PillarStore's name, `backend` its backend.
+pub fn requested(
+    annotations: &BTreeMap<String, String>,
+    backend: &StoreBackend,
+) -> Result<Option<Import>> {
+    let zvol = annotations.get(IMPORT_ZVOL_ANNOTATION);
+    let lv = annotations.get(IMPORT_LV_ANNOTATION);
+    let policy = annotations.get(IMPORT_LV_POLICY_ANNOTATION);
+    match (zvol, lv) {
+        (Some(_), Some(_)) => Err(invalid(format!(
+            "{IMPORT_ZVOL_ANNOTATION} and {IMPORT_LV_ANNOTATION} cannot be combined on one claim"
+        ))),
+        (Some(value), None) => {
+            if policy.is_some() {
+                return Err(invalid(format!(
+                    "{IMPORT_LV_POLICY_ANNOTATION} applies to {IMPORT_LV_ANNOTATION} only, not to {IMPORT_ZVOL_ANNOTATION}"
+                )));
+            }
+            zvol_in(value, backend).map(Some)
+        }
+        (None, Some(value)) => lv_in(value, policy.map(String::as_str), backend).map(Some),
+        (None, None) => match policy {
+            Some(_) => Err(invalid(format!(
+                "{IMPORT_LV_POLICY_ANNOTATION} is set without {IMPORT_LV_ANNOTATION}"
+            ))),
+            None => Ok(None),
+        },
+    }
+}
+
+fn backend_token(backend: &StoreBackend) -> &'static str {
+    match (&backend.zfs, &backend.lvm) {
+        (Some(_), _) => Backend::ZfsZvol.as_str(),
+        (_, Some(_)) => Backend::LvmLv.as_str(),
+        _ => "none",
+    }
+}
+
+fn zvol_in(value: &str, backend: &StoreBackend) -> Result<Import> {
+    let a = IMPORT_ZVOL_ANNOTATION;
+    let dataset = parse_import_zvol(value).map_err(|e| invalid(e.0))?;
+    let Some(zfs) = &backend.zfs else {
+        return Err(invalid(format!(
+            "{a} requires a zfs.zvol PillarStore backend, got backend {:?}",
+            backend_token(backend)
+        )));
+    };
+    if dataset.pool() != zfs.pool {
+        return Err(invalid(format!(
+            "{a} dataset {value:?} lives in pool {:?} but the PillarStore selects pool {:?}",
+            dataset.pool(),
+            zfs.pool
+        )));
+    }
+    let parent = match &zfs.parent_dataset {
+        Some(p) => format!("{}/{p}", zfs.pool),
+        None => zfs.pool.clone(),
+    };
+    if dataset.parent().map(|p| p.as_str().to_owned()) != Some(parent.clone()) {
+        return Err(invalid(format!(
+            "{a} dataset {value:?} is not under the PillarStore's parent dataset {parent:?}"
+        )));
+    }
+    let id = format!("{}/{}", zfs.pool, dataset.last());
+    let agent_volume_id = AgentVolumeId::parse(Backend::ZfsZvol, &id)
+        .map_err(|e| invalid(format!("{a} dataset {value:?}: {e}")))?;
+    Ok(Import {
+        source: Source::Zvol(dataset),
+        agent_volume_id,
+    })
+}
+
+fn lv_in(value: &str, policy: Option<&str>, backend: &StoreBackend) -> Result<Import> {
+    let a = IMPORT_LV_ANNOTATION;
+    let identity = parse_import_lv(value).map_err(|e| invalid(e.0))?;
+    let policy = parse_import_lv_policy(policy).map_err(|e| invalid(e.0))?;
+    let Some(lvm) = &backend.lvm else {
+        return Err(invalid(format!(
+            "{a} requires an lvm PillarStore backend, got backend {:?}",
+            backend_token(backend)
+        )));
+    };
+    if identity.vg.as_str() != lvm.volume_group {
+        return Err(invalid(format!(
+            "{a} logical volume {:?} lives in volume group {:?} but the PillarStore selects volume group {:?}",
+            format!("{}/{}", identity.vg, identity.lv),
+            identity.vg.as_str(),
+            lvm.volume_group
+        )));
+    }
+    let id = format!("{}/{}", identity.vg, identity.lv);
+    let agent_volume_id = AgentVolumeId::parse(Backend::LvmLv, &id)
+        .map_err(|e| invalid(format!("{a} value {value:?}: {e}")))?;
+    Ok(Import {
+        source: Source::Lv { identity, policy },
+        agent_volume_id,
+    })
+}
+
+impl Import {
+    /// The annotation that asked for this import.
+    pub fn annotation(&self) -> &'static str {
+        match self.source {
+            Source::Zvol(_) => IMPORT_ZVOL_ANNOTATION,
+            Source::Lv { .. } => IMPORT_LV_ANNOTATION,
+        }
+    }
+
+    /// `zvol "<dataset>"` or `logical volume "<vg>/<lv>"`, for messages.
+    pub fn what(&self) -> String {
+        match &self.source {
+            Source::Zvol(d) => format!("zvol {:?}", d.as_str()),
+            Source::Lv { identity, .. } => {
+                format!(
+                    "logical volume {:?}",
+                    format!("{}/{}", identity.vg, identity.lv)
+                )
+            }
+        }
+    }
+
+    /// The record's `spec.importedFrom`.
+    pub fn imported_from(&self) -> Option<String> {
+        match &self.source {
+            Source::Zvol(d) => Some(d.as_str().to_owned()),
+            Source::Lv { .. } => None,
+        }
+    }
+
+    /// The record's `spec.lvmSource`.
+    pub fn lvm_source(&self) -> Option<LvmSource> {
+        match &self.source {
+            Source::Zvol(_) => None,
+            Source::Lv { identity, policy } => Some(LvmSource {
+                volume_group: identity.vg.as_str().to_owned(),
+                logical_volume: identity.lv.as_str().to_owned(),
+                volume_group_uuid: identity.vg_uuid.as_str().to_owned(),
+                logical_volume_uuid: identity.lv_uuid.as_str().to_owned(),
+                preserve_original: policy.preserves(),
+            }),
+        }
+    }
+
+    /// Sets the import source of the agent's CreateVolume; nothing of the
+    /// store, class or `backend` annotation is sent with it (import never
+    /// changes the volume).
+    pub fn apply(&self, request: &mut agent::CreateVolumeRequest) {
+        request.zfs_properties.clear();
+        request.lvm_provisioning = agent::LvmProvisioning::Unspecified as i32;
+        match &self.source {
+            Source::Zvol(d) => request.import_zvol = d.as_str().to_owned(),
+            Source::Lv { identity, policy } => {
+                request.import_lv = Some(agent::LvmIdentity {
+                    volume_group: identity.vg.as_str().to_owned(),
+                    logical_volume: identity.lv.as_str().to_owned(),
+                    volume_group_uuid: identity.vg_uuid.as_str().to_owned(),
+                    logical_volume_uuid: identity.lv_uuid.as_str().to_owned(),
+                });
+                request.import_lv_policy = policy.as_str().to_owned();
+            }
+        }
+    }
+}
+
+/// The import a record was created with (`None` for a created volume), for
+/// a retry whose claim is already gone.
+pub fn recorded(state: &PillarVolumeState) -> Result<Option<Import>> {
+    let id = |backend| {
+        AgentVolumeId::parse(backend, &state.spec.agent_volume_id)
+            .map_err(|e| Error::FailedPrecondition(format!("the record's agentVolumeID: {e}")))
+    };
+    let bad = |e: api::annotations::InvalidAnnotation| {
+        Error::FailedPrecondition(format!("the record's import source: {e}"))
+    };
+    if let Some(d) = &state.spec.imported_from {
+        return Ok(Some(Import {
+            source: Source::Zvol(parse_import_zvol(d).map_err(bad)?),
+            agent_volume_id: id(Backend::ZfsZvol)?,
+        }));
+    }
+    let Some(s) = &state.spec.lvm_source else {
+        return Ok(None);
+    };
+    let identity = parse_import_lv(&format!(
+        "{}/{}:{}:{}",
+        s.volume_group, s.logical_volume, s.volume_group_uuid, s.logical_volume_uuid
+    ))
+    .map_err(bad)?;
+    let policy = if s.preserve_original {
+        LvPolicy::PreserveOriginal
+    } else {
+        LvPolicy::Managed
+    };
+    Ok(Some(Import {
+        source: Source::Lv { identity, policy },
+        agent_volume_id: id(Backend::LvmLv)?,
+    }))
+}
+
+/// How an existing record's source reads in a message.
+fn recorded_source(state: &PillarVolumeState) -> Option<String> {
+    if let Some(d) = &state.spec.imported_from {
+        return Some(format!("zvol {d:?}"));
+    }
+    state.spec.lvm_source.as_ref().map(|s| {
+        format!(
+            "logical volume {:?} ({}:{}, {})",
+            format!("{}/{}", s.volume_group, s.logical_volume),
+            s.volume_group_uuid,
+            s.logical_volume_uuid,
+            if s.preserve_original {
+                LvPolicy::PreserveOriginal
+            } else {
+                LvPolicy::Managed
+            }
+        )
+    })
+}
+
+/// Whether a retry's claim still asks for what the record of `name` was
+/// created with: an import added after provisioning started, or changed (or
+/// removed) after the import started, is refused.
+pub fn check_record(name: &str, state: &PillarVolumeState, import: Option<&Import>) -> Result<()> {
+    let recorded = recorded_source(state);
+    match (import, recorded) {
+        (None, None) => Ok(()),
+        (Some(i), None) => {
+            let noun = match i.source {
+                Source::Zvol(_) => "a zvol",
+                Source::Lv { .. } => "a logical volume",
+            };
+            Err(Error::FailedPrecondition(format!(
+                "{}: volume {name:?} was already provisioned without an import; delete the PersistentVolumeClaim and re-create it to import {noun}",
+                i.annotation()
+            )))
+        }
+        (Some(i), Some(_))
+            if i.imported_from() == state.spec.imported_from
+                && i.lvm_source() == state.spec.lvm_source =>
+        {
+            Ok(())
+        }
+        (i, Some(source)) => {
+            let annotation = match (i, &state.spec.imported_from) {
+                (Some(i), _) => i.annotation(),
+                (None, Some(_)) => IMPORT_ZVOL_ANNOTATION,
+                (None, None) => IMPORT_LV_ANNOTATION,
+            };
+            Err(Error::FailedPrecondition(format!(
+                "{annotation}: volume {name:?} already imported {source}; the import source cannot be changed"
+            )))
+        }
+    }
+}
+
+/// The refusal of `action` (publish, expand) on a record whose import never
+/// completed: the agent never adopted the volume, so pillar-csi does not
+/// manage it yet.
+pub fn never_adopted(volume_id: &str, state: &PillarVolumeState, action: &str) -> Option<Error> {
+    if completed(state)? {
+        return None;
+    }
+    let source = recorded_source(state)?;
+    Some(Error::FailedPrecondition(format!(
+        "cannot {action} volume {volume_id}: its import of {source} was never adopted"
+    )))
+}
+
+/// Whether a record's import has completed (the agent adopted the volume and
+/// the controller recorded it Ready). A record without an import is `None`.
+/// A record being deleted is `Deleting` only when its import had completed
+/// (DeleteVolume keeps the phase of an incomplete one).
+pub fn completed(state: &PillarVolumeState) -> Option<bool> {
+    recorded_source(state)?;
+    Some(matches!(
+        state.status.as_ref().and_then(|s| s.phase),
+        Some(VolumePhase::Ready | VolumePhase::Deleting)
+    ))
+}
+
+/// The refusal when another record already holds the volume to import.
+pub fn already_managed(import: &Import, other: &PillarVolumeState) -> Error {
+    Error::FailedPrecondition(format!(
+        "{}: {} is already managed by volume {} (PillarVolumeState {}); delete that volume first",
+        import.annotation(),
+        import.what(),
+        other.spec.volume_id,
+        other.metadata.name.as_deref().unwrap_or_default()
+    ))
+}
+
+#[cfg(test)]
+#[path = "import_tests.rs"]
+mod tests;

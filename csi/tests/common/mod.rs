@@ -1,0 +1,439 @@
+//! A test bed for the Controller against a real kube-apiserver 1.20: the
+//! CRDs, an in-process agent over its simulator (`pillar_csi_agent::service::sim`:
+//! the zvol pool `tank` with parentDataset `k8s`, the volume group `data-vg`)
+//! behind mTLS, and a recorder between the controller and the agent that
+//! keeps every agent RPC it was asked (so a test can say no agent call was
+//! made, or what a CreateVolume carried).
+#![allow(dead_code, clippy::unwrap_used)]
+use api::crd::*;
+use csi::controller::agents::{AgentTls, Agents};
+use csi::controller::Controller;
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+use kube::api::{Api, ListParams, PostParams};
+use pillar_csi_agent::grpc::AgentGrpc;
+use pillar_csi_agent::service::sim;
+use pillar_csi_lab::apiserver::ApiServer;
+use pillar_csi_lab::tls::Ca;
+use pillar_csi_proto::agent::v1 as ag;
+use pillar_csi_proto::agent::v1::agent_service_server::{AgentService, AgentServiceServer};
+use pillar_csi_proto::csi::v1 as pb;
+use pillar_csi_proto::csi::v1::volume_capability::{
+    access_mode::Mode, AccessMode, AccessType, MountVolume,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::{Request, Response, Status};
+
+/// The tests' result type.
+pub type Result<T = ()> = pillar_csi_lab::Result<T>;
+
+/// Every agent RPC the controller made, in order: its method name, and the
+/// CreateVolume requests in full.
+#[derive(Default)]
+pub struct Calls {
+    /// Method names (`create_volume`, `release_volume`, ...).
+    pub methods: Vec<&'static str>,
+    /// Each CreateVolume request.
+    pub creates: Vec<ag::CreateVolumeRequest>,
+}
+
+/// The agent service between the controller and the simulated agent.
+#[derive(Clone)]
+pub struct Recorder {
+    inner: AgentGrpc,
+    calls: Arc<Mutex<Calls>>,
+}
+
+impl Recorder {
+    fn seen(&self, method: &'static str, request: &dyn std::any::Any) {
+        let mut calls = self.calls.lock().unwrap();
+        calls.methods.push(method);
+        if let Some(c) = request.downcast_ref::<ag::CreateVolumeRequest>() {
+            calls.creates.push(c.clone());
+        }
+    }
+}
+
+macro_rules! delegate {
+    ($($method:ident($req:ident) -> $resp:ident;)*) => {
+        #[tonic::async_trait]
+        impl AgentService for Recorder {
+            $(
+                async fn $method(
+                    &self,
+                    request: Request<ag::$req>,
+                ) -> std::result::Result<Response<ag::$resp>, Status> {
+                    self.seen(stringify!($method), request.get_ref());
+                    self.inner.$method(request).await
+                }
+            )*
+        }
+    };
+}
+
+delegate! {
+    get_capabilities(GetCapabilitiesRequest) -> GetCapabilitiesResponse;
+    get_capacity(GetCapacityRequest) -> GetCapacityResponse;
+    list_volumes(ListVolumesRequest) -> ListVolumesResponse;
+    health_check(HealthCheckRequest) -> HealthCheckResponse;
+    create_volume(CreateVolumeRequest) -> CreateVolumeResponse;
+    delete_volume(DeleteVolumeRequest) -> DeleteVolumeResponse;
+    expand_volume(ExpandVolumeRequest) -> ExpandVolumeResponse;
+    export_volume(ExportVolumeRequest) -> ExportVolumeResponse;
+    unexport_volume(UnexportVolumeRequest) -> UnexportVolumeResponse;
+    allow_initiator(AllowInitiatorRequest) -> AllowInitiatorResponse;
+    deny_initiator(DenyInitiatorRequest) -> DenyInitiatorResponse;
+    release_volume(ReleaseVolumeRequest) -> ReleaseVolumeResponse;
+    inspect_volume(InspectVolumeRequest) -> InspectVolumeResponse;
+    transfer_volume_ownership(TransferVolumeOwnershipRequest) -> TransferVolumeOwnershipResponse;
+    reconcile_state(ReconcileStateRequest) -> ReconcileStateResponse;
+}
+
+/// An API server with the CRDs, the simulated agent `storage-1`, and two
+/// classes: `hot` (store `storage-1-hot`: pool tank, parentDataset k8s;
+/// xfs) and `lvm` (store `storage-1-lvm`: volume group data-vg, linear;
+/// ext4), both NVMe/TCP with ACLs.
+pub struct Bed {
+    /// The API server.
+    pub server: ApiServer,
+    /// An admin client.
+    pub client: kube::Client,
+    /// The simulated agent.
+    pub fixture: sim::Fixture,
+    /// The controller, as its ServiceAccount.
+    pub controller: Controller,
+    /// What the agent was asked.
+    pub calls: Arc<Mutex<Calls>>,
+    /// The agent's port.
+    pub agent_port: u16,
+    _certs: tempfile::TempDir,
+    _agent: tokio::task::JoinHandle<()>,
+}
+
+fn store(name: &str, backend: StoreBackend) -> PillarStore {
+    PillarStore::new(
+        name,
+        PillarStoreSpec {
+            agent_ref: "storage-1".into(),
+            backend,
+        },
+    )
+}
+
+fn class(name: &str, store: &str, fs: FsType) -> PillarStorageClass {
+    PillarStorageClass::new(
+        name,
+        PillarStorageClassSpec {
+            store_ref: store.into(),
+            protocol_ref: "nvmeof-default".into(),
+            storage_class: StorageClassTemplate {
+                name: format!("pillar-{name}"),
+                reclaim_policy: None,
+                volume_binding_mode: None,
+                allow_volume_expansion: None,
+            },
+            filesystem: Some(Filesystem { fs_type: fs }),
+        },
+    )
+}
+
+/// Starts the bed.
+pub async fn bed() -> Result<Bed> {
+    let server = ApiServer::start()?;
+    server.install_chart_crds().await?;
+    let client = server.client().await?;
+
+    let certs = tempfile::tempdir()?;
+    let ca = Ca::new(certs.path(), "pillar-test-ca")?;
+    let agent_pem = ca.server("agent", "127.0.0.1".parse()?)?;
+    let controller_pem = ca.client("pillar-csi-controller")?;
+    let fixture = sim::fixture();
+    let tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(
+            std::fs::read(&agent_pem.cert)?,
+            std::fs::read(&agent_pem.key)?,
+        ))
+        .client_ca_root(Certificate::from_pem(std::fs::read(&ca.pem.cert)?));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let calls = Arc::new(Mutex::new(Calls::default()));
+    let recorder = Recorder {
+        inner: AgentGrpc::new(fixture.agent.clone(), "sim"),
+        calls: calls.clone(),
+    };
+    let router = Server::builder()
+        .tls_config(tls)?
+        .add_service(AgentServiceServer::new(recorder));
+    let agent_task = tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        if let Err(e) = router.serve_with_incoming(incoming).await {
+            eprintln!("simulated agent stopped: {e}");
+        }
+    });
+
+    let pp = PostParams::default();
+    Api::<PillarAgent>::all(client.clone())
+        .create(
+            &pp,
+            &PillarAgent::new(
+                "storage-1",
+                PillarAgentSpec {
+                    address: "127.0.0.1".into(),
+                    port,
+                    tls_server_name: None,
+                },
+            ),
+        )
+        .await?;
+    let stores = Api::<PillarStore>::all(client.clone());
+    stores
+        .create(
+            &pp,
+            &store(
+                "storage-1-hot",
+                StoreBackend {
+                    zfs: Some(ZfsBackend {
+                        pool: "tank".into(),
+                        parent_dataset: Some("k8s".into()),
+                    }),
+                    lvm: None,
+                },
+            ),
+        )
+        .await?;
+    stores
+        .create(
+            &pp,
+            &store(
+                "storage-1-lvm",
+                StoreBackend {
+                    zfs: None,
+                    lvm: Some(LvmBackend {
+                        volume_group: "data-vg".into(),
+                        thin_pool: None,
+                    }),
+                },
+            ),
+        )
+        .await?;
+    Api::<PillarProtocol>::all(client.clone())
+        .create(
+            &pp,
+            &PillarProtocol::new(
+                "nvmeof-default",
+                PillarProtocolSpec {
+                    protocol: ProtocolConfig {
+                        nvmeof_tcp: Some(NvmeofTcpProtocol {
+                            port: 4420,
+                            acl: true,
+                        }),
+                        iscsi: None,
+                    },
+                },
+            ),
+        )
+        .await?;
+    let classes = Api::<PillarStorageClass>::all(client.clone());
+    classes
+        .create(&pp, &class("hot", "storage-1-hot", FsType::Xfs))
+        .await?;
+    classes
+        .create(&pp, &class("lvm", "storage-1-lvm", FsType::Ext4))
+        .await?;
+    let agents = Agents::new(Some(&AgentTls {
+        cert: controller_pem.cert.clone(),
+        key: controller_pem.key.clone(),
+        ca: ca.pem.cert.clone(),
+        server_name: None,
+    }))?;
+    // The controller runs as its ServiceAccount with the chart's rules only.
+    let controller = Controller::new(server.controller_client().await?, agents);
+    Ok(Bed {
+        server,
+        client,
+        fixture,
+        controller,
+        calls,
+        agent_port: port,
+        _certs: certs,
+        _agent: agent_task,
+    })
+}
+
+impl Bed {
+    /// How many agent RPCs were made so far.
+    pub fn agent_calls(&self) -> usize {
+        self.calls.lock().unwrap().methods.len()
+    }
+
+    /// The agent RPCs made after the first `from`.
+    pub fn agent_calls_since(&self, from: usize) -> Vec<&'static str> {
+        self.calls.lock().unwrap().methods[from..].to_vec()
+    }
+
+    /// The last CreateVolume the agent was asked.
+    pub fn last_create(&self) -> Option<ag::CreateVolumeRequest> {
+        self.calls.lock().unwrap().creates.last().cloned()
+    }
+
+    /// Points the PillarAgent at `port` (1: nothing listens).
+    pub fn agent_at(&self, port: u16) -> Result {
+        self.server.kubectl(&[
+            "patch",
+            "pillaragent",
+            "storage-1",
+            "--type=merge",
+            "-p",
+            &format!("{{\"spec\":{{\"port\":{port}}}}}"),
+        ])?;
+        Ok(())
+    }
+
+    /// Adds a zvol `tank/k8s/<name>` of `bytes` to the simulated pool, as
+    /// another driver left it.
+    pub fn add_zvol(&self, name: &str, bytes: u64) {
+        self.fixture
+            .backend
+            .volumes
+            .lock()
+            .unwrap()
+            .insert(zvol_key(name), bytes);
+    }
+
+    /// The size of the simulated zvol `tank/k8s/<name>`, if it exists.
+    pub fn zvol(&self, name: &str) -> Option<u64> {
+        self.fixture
+            .backend
+            .volumes
+            .lock()
+            .unwrap()
+            .get(&zvol_key(name))
+            .copied()
+    }
+
+    /// How many volumes the simulated pool and volume group destroyed.
+    pub fn destroyed(&self) -> u32 {
+        *self.fixture.backend.destroyed.lock().unwrap() + *self.fixture.lvm.removed.lock().unwrap()
+    }
+}
+
+fn zvol_key(name: &str) -> String {
+    format!(
+        "{:?}",
+        pillar_csi_agent::marks::BackendRecord::Zvol {
+            dataset: format!("tank/k8s/{name}"),
+            guid: None,
+        }
+    )
+}
+
+/// A single-node-writer capability, mounted (`fs` may be empty).
+pub fn mount_cap(fs: &str) -> pb::VolumeCapability {
+    pb::VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: fs.into(),
+            ..Default::default()
+        })),
+    }
+}
+
+/// A CreateVolume of `bytes` for the claim `namespace/claim` of `class`.
+pub fn create_request(
+    name: &str,
+    bytes: i64,
+    class: &str,
+    namespace: &str,
+    claim: &str,
+) -> pb::CreateVolumeRequest {
+    pb::CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(pb::CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![mount_cap("")],
+        parameters: HashMap::from([
+            ("pillarStorageClass".to_owned(), class.to_owned()),
+            ("csi.storage.k8s.io/pvc/name".to_owned(), claim.to_owned()),
+            (
+                "csi.storage.k8s.io/pvc/namespace".to_owned(),
+                namespace.to_owned(),
+            ),
+        ]),
+        ..Default::default()
+    }
+}
+
+/// Creates the claim `namespace/name` (64 MiB, ReadWriteOnce) with
+/// `annotations`; returns the PV name the provisioner would use.
+pub async fn claim(
+    bed: &Bed,
+    namespace: &str,
+    name: &str,
+    annotations: &[(&str, &str)],
+) -> Result<String> {
+    let annotations: HashMap<&str, &str> = annotations.iter().copied().collect();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "64Mi"}}},
+    }))?;
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(bed.client.clone(), namespace)
+        .create(&PostParams::default(), &pvc)
+        .await?;
+    Ok(format!(
+        "pvc-{}",
+        pvc.metadata.uid.ok_or("a claim without a UID")?
+    ))
+}
+
+/// The messages of the Warning events about the claim `namespace/name`.
+pub async fn warnings(bed: &Bed, namespace: &str, name: &str) -> Result<Vec<String>> {
+    let events = Api::<Event>::namespaced(bed.client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?;
+    let mut found: Vec<(Option<String>, String)> = events
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("PersistentVolumeClaim")
+                && e.involved_object.name.as_deref() == Some(name)
+                && e.type_.as_deref() == Some("Warning")
+        })
+        .map(|e| {
+            (
+                e.metadata.creation_timestamp.map(|t| t.0.to_string()),
+                e.message.unwrap_or_default(),
+            )
+        })
+        .collect();
+    found.sort();
+    Ok(found.into_iter().map(|(_, m)| m).collect())
+}
+
+/// The record named `name`.
+pub async fn state(bed: &Bed, name: &str) -> Result<Option<PillarVolumeState>> {
+    Ok(Api::<PillarVolumeState>::all(bed.client.clone())
+        .get_opt(name)
+        .await?)
+}
+
+/// Every reservation, by name.
+pub async fn reservations(bed: &Bed) -> Result<Vec<PillarVolumeReservation>> {
+    Ok(Api::<PillarVolumeReservation>::all(bed.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items)
+}
+
+/// Every record.
+pub async fn states(bed: &Bed) -> Result<Vec<PillarVolumeState>> {
+    Ok(Api::<PillarVolumeState>::all(bed.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items)
+}
