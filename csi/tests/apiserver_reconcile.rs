@@ -888,7 +888,7 @@ async fn the_reaper_forgets_abandoned_claims_and_keeps_what_the_spec_keeps() -> 
 
 /// Binds the controller's ServiceAccount to the chart's leader-election
 /// rules in namespace pillar-csi, as the chart's Role does.
-async fn grant_leader_election(bed: &Bed) -> Result {
+async fn grant_leader_election(admin: &kube::Client) -> Result {
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../charts/pillar-csi/files/rbac/leader-election-rules.yaml");
     let rules: Vec<PolicyRule> = serde_yaml::from_str(&std::fs::read_to_string(file)?)?;
@@ -899,7 +899,7 @@ async fn grant_leader_election(bed: &Bed) -> Result {
         ..Default::default()
     };
     let pp = PostParams::default();
-    Api::<Role>::namespaced(bed.client.clone(), "pillar-csi")
+    Api::<Role>::namespaced(admin.clone(), "pillar-csi")
         .create(
             &pp,
             &Role {
@@ -908,7 +908,7 @@ async fn grant_leader_election(bed: &Bed) -> Result {
             },
         )
         .await?;
-    Api::<RoleBinding>::namespaced(bed.client.clone(), "pillar-csi")
+    Api::<RoleBinding>::namespaced(admin.clone(), "pillar-csi")
         .create(
             &pp,
             &RoleBinding {
@@ -975,7 +975,7 @@ async fn holder(bed: &Bed) -> Result<Option<String>> {
 #[tokio::test]
 async fn only_the_leader_reconciles_and_another_replica_takes_over() -> Result {
     let bed = bed().await?;
-    grant_leader_election(&bed).await?;
+    grant_leader_election(&bed.client).await?;
     let lease = Duration::from_secs(3);
     let a = replica(&bed, "replica-a", lease).await?;
     let b = replica(&bed, "replica-b", lease).await?;
@@ -1038,7 +1038,7 @@ async fn only_the_leader_reconciles_and_another_replica_takes_over() -> Result {
 #[tokio::test]
 async fn a_replica_that_stops_cleanly_hands_the_lease_over_at_once() -> Result {
     let bed = bed().await?;
-    grant_leader_election(&bed).await?;
+    grant_leader_election(&bed.client).await?;
     let lease = Duration::from_secs(30);
     let a = replica(&bed, "replica-a", lease).await?;
     let start = Instant::now();
@@ -1064,5 +1064,150 @@ async fn a_replica_that_stops_cleanly_hands_the_lease_over_at_once() -> Result {
     a.reconciling.abort();
     b.election.abort();
     b.reconciling.abort();
+    Ok(())
+}
+
+/// The child process, killed when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `GET /metrics` on `port`: the body as `series -> value`.
+async fn scrape(port: u16) -> Result<HashMap<String, f64>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await?;
+    let (head, body) = reply.split_once("\r\n\r\n").ok_or("no HTTP head")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("GET /metrics: {head}").into());
+    }
+    let mut out = HashMap::new();
+    for line in body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').ok_or("a line without value")?;
+        out.insert(series.to_owned(), value.parse::<f64>()?);
+    }
+    Ok(out)
+}
+
+#[tokio::test]
+async fn the_controller_binary_leads_and_counts_rpcs_by_method_and_code_on_metrics() -> Result {
+    use pb::controller_client::ControllerClient;
+    let server = ApiServer::start()?;
+    server.install_chart_crds().await?;
+    server.controller_client().await?;
+    grant_leader_election(&server.client().await?).await?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("csi.sock");
+    let log = std::fs::File::create(dir.path().join("controller.log"))?;
+    let _child = Running(
+        std::process::Command::new(pillar_csi_lab::agent::binary()?)
+            .arg("controller")
+            .arg("--kubeconfig")
+            .arg(server.kubeconfig_of("pillar-csi-controller"))
+            .arg("--endpoint")
+            .arg(format!("unix://{}", socket.display()))
+            .args([
+                "--agent-insecure-plaintext",
+                "--leader-elect",
+                "--leader-election-namespace=pillar-csi",
+                "--leader-election-identity=replica-1",
+                "--leader-election-lease-duration=5s",
+                "--reconcile-interval=1s",
+            ])
+            .arg(format!("--metrics-address=127.0.0.1:{port}"))
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?,
+    );
+    let start = Instant::now();
+    let channel = loop {
+        if socket.exists() {
+            if let Ok(c) =
+                tonic::transport::Endpoint::from_shared(format!("unix://{}", socket.display()))?
+                    .connect()
+                    .await
+            {
+                break c;
+            }
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let log =
+                std::fs::read_to_string(dir.path().join("controller.log")).unwrap_or_default();
+            return Err(
+                format!("the controller's socket did not answer within 30 s:\n{log}").into(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut controller = ControllerClient::new(channel);
+    for _ in 0..2 {
+        controller
+            .controller_get_capabilities(pb::ControllerGetCapabilitiesRequest {})
+            .await?;
+    }
+    let refused = controller
+        .create_volume(pb::CreateVolumeRequest::default())
+        .await
+        .expect_err("a nameless volume");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+
+    // It takes the Lease and reconciles.
+    let start = Instant::now();
+    let metrics = loop {
+        let m = scrape(port).await?;
+        let passes = m
+            .get("pillar_csi_reconcile_passes_total{reconciler=\"storage-classes\"}")
+            .copied()
+            .unwrap_or(0.0);
+        if m.get("pillar_csi_leader") == Some(&1.0) && passes >= 1.0 {
+            break m;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(format!("not leading and reconciling within 30 s: {m:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let series = |method: &str, code: &str| {
+        format!("pillar_csi_controller_rpc_total{{method=\"{method}\",code=\"{code}\"}}")
+    };
+    assert_eq!(
+        metrics.get(&series("ControllerGetCapabilities", "OK")),
+        Some(&2.0)
+    );
+    assert_eq!(
+        metrics.get(&series("CreateVolume", "InvalidArgument")),
+        Some(&1.0)
+    );
+    assert_eq!(metrics.get(&series("CreateVolume", "OK")), None);
+    assert_eq!(
+        metrics.get("pillar_csi_controller_rpc_duration_seconds_count{method=\"CreateVolume\",code=\"InvalidArgument\"}"),
+        Some(&1.0)
+    );
+    assert_eq!(
+        metrics.get("pillar_csi_controller_rpc_duration_seconds_bucket{method=\"ControllerGetCapabilities\",code=\"OK\",le=\"+Inf\"}"),
+        Some(&2.0)
+    );
+    let lease = Api::<Lease>::namespaced(server.client().await?, "pillar-csi")
+        .get("pillar-csi-controller")
+        .await?;
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("replica-1")
+    );
     Ok(())
 }
