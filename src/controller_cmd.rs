@@ -1,12 +1,17 @@
 //! `pillar-csi controller`: the CSI Controller service on the CSI endpoint,
 //! with the Kubernetes API from a kubeconfig or the in-cluster account and
-//! agents reached over mTLS.
+//! agents reached over mTLS; beside it the reconcilers (on the leader only
+//! with `--leader-elect`) and, with `--metrics-address`, `/metrics`.
 use clap::Args;
 use csi::controller::{
     agents::{AgentTls, Agents},
     Controller,
 };
+use csi::metrics::{http as metrics_http, metered::Metered, Metrics};
+use csi::reconcile::{leader::Election, parse_duration, Reconcilers, Settings};
 use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::watch;
 
 /// Arguments of `pillar-csi controller`.
 #[derive(Args)]
@@ -40,6 +45,62 @@ pub struct ControllerArgs {
     /// Reach agents without TLS (labs only).
     #[arg(long)]
     agent_insecure_plaintext: bool,
+    /// Serve Prometheus metrics on `host:port` or `:port` (e.g. `:8080`) at
+    /// `/metrics`; off when absent.
+    #[arg(long)]
+    metrics_address: Option<String>,
+    /// How often every recorded export is re-sent to its agent with
+    /// ReconcileState (also once on start or on becoming leader): `30s`, `5m`, `1h`.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    sync_period: std::time::Duration,
+    /// How often StorageClasses, agent health and the abandoned-volume
+    /// reaper run.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    reconcile_interval: std::time::Duration,
+    /// Run the reconcilers only while holding the leader Lease (for more
+    /// than one replica). The CSI service runs in every replica: the
+    /// sidecars elect their own leader.
+    #[arg(long)]
+    leader_elect: bool,
+    /// The Lease's namespace (default: $POD_NAMESPACE, else pillar-csi).
+    #[arg(long)]
+    leader_election_namespace: Option<String>,
+    /// The Lease's name.
+    #[arg(long, default_value = "pillar-csi-controller")]
+    leader_election_lease_name: String,
+    /// How long a Lease not renewed stays its holder's.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    leader_election_lease_duration: std::time::Duration,
+    /// This replica's identity in the Lease (default: $POD_NAME, else the host name).
+    #[arg(long)]
+    leader_election_identity: Option<String>,
+}
+
+/// The leader election the flags ask for, if any.
+fn election(args: &ControllerArgs) -> Option<Election> {
+    if !args.leader_elect {
+        return None;
+    }
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    Some(Election {
+        namespace: args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| env("POD_NAMESPACE"))
+            .unwrap_or_else(|| "pillar-csi".into()),
+        name: args.leader_election_lease_name.clone(),
+        identity: args
+            .leader_election_identity
+            .clone()
+            .or_else(|| env("POD_NAME"))
+            .or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+            })
+            .unwrap_or_else(|| format!("pillar-csi-controller-{}", std::process::id())),
+        lease_duration: args.leader_election_lease_duration,
+    })
 }
 
 /// The agent TLS settings: all three files, or none with
@@ -93,16 +154,61 @@ pub fn run(args: ControllerArgs) -> Result<(), String> {
     // means one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let agents = Agents::new(tls.as_ref()).map_err(|e| e.to_string())?;
+    let reconcile_agents = Agents::new(tls.as_ref()).map_err(|e| e.to_string())?;
+    let metrics_address = args
+        .metrics_address
+        .as_deref()
+        .map(metrics_http::parse_address)
+        .transpose()?;
+    let election = election(&args);
+    let settings = Settings {
+        interval: args.reconcile_interval,
+        sync_period: args.sync_period,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     runtime.block_on(async {
         let client = kube_client(&args).await?;
-        let controller = Controller::new(client, agents);
-        csi::endpoint::serve_controller(controller, crate::VERSION, &socket)
+        let metrics = Arc::new(Metrics::default());
+        let server = match metrics_address {
+            Some(address) => {
+                let listener = metrics_http::bind(address).await?;
+                tracing::info!(%address, "metrics serving");
+                Some(tokio::spawn(metrics_http::serve(listener, metrics.clone())))
+            }
+            None => None,
+        };
+        let reconcilers =
+            Reconcilers::new(client.clone(), reconcile_agents, metrics.clone(), settings);
+        let (leading_tx, leading) = watch::channel(election.is_none());
+        let (stop_tx, stop) = watch::channel(false);
+        // Without election this replica always leads: the sender is kept
+        // (a dropped sender ends the reconcilers).
+        let (elector, _always) = match election {
+            Some(e) => (
+                Some(tokio::spawn(e.run(client.clone(), leading_tx, stop))),
+                None,
+            ),
+            None => (None, Some(leading_tx)),
+        };
+        let reconciling = tokio::spawn(async move { reconcilers.run(leading).await });
+        let controller = Metered::new(Controller::new(client, agents), metrics);
+        let served = csi::endpoint::serve_controller(controller, crate::VERSION, &socket)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string());
+        // Release the Lease (if held) before leaving, so another replica
+        // takes over at once.
+        stop_tx.send_replace(true);
+        if let Some(elector) = elector {
+            let _ = elector.await;
+        }
+        reconciling.abort();
+        if let Some(server) = server {
+            server.abort();
+        }
+        served
     })
 }
 

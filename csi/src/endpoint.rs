@@ -1,6 +1,5 @@
 //! Serving CSI services on the unix socket kubelet and the sidecars dial
 //! (`unix:///csi/csi.sock`).
-use crate::controller::Controller;
 use crate::identity::IdentityService;
 use crate::node::{service::NodeService, Node};
 use pillar_csi_proto::csi::v1::{
@@ -81,8 +80,8 @@ pub async fn serve_node(node: Arc<Node>, version: &str, path: &Path) -> Result<(
 /// Serves the Identity and Controller services on the unix socket at `path`
 /// until SIGTERM or SIGINT. Probe answers ready once the socket serves: the
 /// sidecars only need the driver's name and capabilities from it.
-pub async fn serve_controller(
-    controller: Controller,
+pub async fn serve_controller<C: pillar_csi_proto::csi::v1::controller_server::Controller>(
+    controller: C,
     version: &str,
     path: &Path,
 ) -> Result<(), Error> {

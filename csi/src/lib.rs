@@ -10,10 +10,15 @@
 //! - [`node`]: the Node service (attach, format blank devices, mount,
 //!   publish, expand, stats).
 //! - [`endpoint`]: serving on kubelet's unix socket.
+//! - [`reconcile`]: the controller's reconcilers (StorageClasses, agent
+//!   health, export resync, the abandoned-volume reaper) and leader election.
+//! - [`metrics`]: the controller's Prometheus metrics and `/metrics`.
 
 pub mod controller;
 pub mod endpoint;
 pub mod identity;
+pub mod metrics;
 pub mod node;
 pub mod node_id;
 pub mod publish_context;
+pub mod reconcile;

@@ -1,0 +1,306 @@
+//! PillarStorageClass → StorageClass: each PillarStorageClass generates the
+//! StorageClass named by its `storageClass.name` and owns it (an
+//! ownerReference with `controller: true`, so Kubernetes' garbage collector
+//! deletes it with its owner).
+//!
+//! - provisioner `pillar-csi.bhyoo.com`; parameters `pillarStorageClass`
+//!   (what CreateVolume reads) and `csi.storage.k8s.io/fstype` from
+//!   `filesystem.fsType`; `reclaimPolicy` (default `Delete`),
+//!   `volumeBindingMode` (default `Immediate`), `allowVolumeExpansion`
+//!   (default true) from `storageClass`.
+//! - A change of the PillarStorageClass updates the StorageClass. Its
+//!   provisioner, parameters, reclaimPolicy and volumeBindingMode are
+//!   immutable in Kubernetes, so when one of them changes the StorageClass
+//!   is deleted and created again (existing PVs keep their own copy of what
+//!   they were provisioned with); the condition's message says so.
+//! - A StorageClass of that name that this PillarStorageClass does not own
+//!   is never changed: the PillarStorageClass turns `Ready=False` with reason
+//!   `StorageClassConflict`, naming the owner if any.
+//! - `Ready=False` with reason `InvalidReference` when the store, protocol
+//!   or agent it names does not resolve (the StorageClass is still kept).
+use super::{condition_changed, ready_condition, Reconcilers};
+use crate::controller::resolve::{self, CLASS_PARAMETER};
+use api::crd::{PillarStorageClass, ReclaimPolicy, VolumeBindingMode};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeMap;
+
+/// The CSI driver name, the generated StorageClasses' provisioner.
+pub const PROVISIONER: &str = "pillar-csi.bhyoo.com";
+/// The StorageClass parameter the external-provisioner turns into the PV's fsType.
+pub const FSTYPE_PARAMETER: &str = "csi.storage.k8s.io/fstype";
+
+/// The StorageClass `class` generates.
+pub fn desired(class: &PillarStorageClass) -> StorageClass {
+    let template = &class.spec.storage_class;
+    let mut parameters = BTreeMap::from([(CLASS_PARAMETER.to_owned(), class.name_any())]);
+    if let Some(fs) = &class.spec.filesystem {
+        let name = serde_json::to_value(fs.fs_type)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        parameters.insert(FSTYPE_PARAMETER.to_owned(), name);
+    }
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(template.name.clone()),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_owned(),
+                "pillar-csi".to_owned(),
+            )])),
+            owner_references: Some(vec![owner_reference(class)]),
+            ..Default::default()
+        },
+        provisioner: PROVISIONER.into(),
+        parameters: Some(parameters),
+        reclaim_policy: Some(
+            match template.reclaim_policy.unwrap_or(ReclaimPolicy::Delete) {
+                ReclaimPolicy::Delete => "Delete",
+                ReclaimPolicy::Retain => "Retain",
+            }
+            .into(),
+        ),
+        volume_binding_mode: Some(
+            match template
+                .volume_binding_mode
+                .unwrap_or(VolumeBindingMode::Immediate)
+            {
+                VolumeBindingMode::Immediate => "Immediate",
+                VolumeBindingMode::WaitForFirstConsumer => "WaitForFirstConsumer",
+            }
+            .into(),
+        ),
+        allow_volume_expansion: Some(template.allow_volume_expansion.unwrap_or(true)),
+        mount_options: None,
+        allowed_topologies: None,
+    }
+}
+
+/// The ownerReference naming `class` as the controller of what it generates.
+pub fn owner_reference(class: &PillarStorageClass) -> OwnerReference {
+    OwnerReference {
+        api_version: PillarStorageClass::api_version(&()).into_owned(),
+        kind: PillarStorageClass::kind(&()).into_owned(),
+        name: class.name_any(),
+        uid: class.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The controlling owner of `sc`, if any.
+fn controller_of(sc: &StorageClass) -> Option<&OwnerReference> {
+    sc.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+}
+
+/// Whether the fields Kubernetes refuses to update differ.
+fn immutable_differs(have: &StorageClass, want: &StorageClass) -> bool {
+    have.provisioner != want.provisioner
+        || have.parameters.clone().unwrap_or_default()
+            != want.parameters.clone().unwrap_or_default()
+        || have.reclaim_policy.as_deref().unwrap_or("Delete")
+            != want.reclaim_policy.as_deref().unwrap_or("Delete")
+        || have.volume_binding_mode.as_deref().unwrap_or("Immediate")
+            != want.volume_binding_mode.as_deref().unwrap_or("Immediate")
+}
+
+/// What one class's pass did, for its condition.
+enum Outcome {
+    Current,
+    Created,
+    Updated,
+    Replaced,
+    Conflict(String),
+}
+
+impl Reconcilers {
+    /// One pass over every PillarStorageClass; returns how many failed.
+    pub async fn storage_classes(&self) -> u64 {
+        let classes = Api::<PillarStorageClass>::all(self.client.clone());
+        let list = match classes.list(&ListParams::default()).await {
+            Ok(l) => l.items,
+            Err(e) => {
+                tracing::warn!(error = %e, "list PillarStorageClasses");
+                return 1;
+            }
+        };
+        let mut errors = 0;
+        for class in list {
+            if class.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if let Err(e) = self.storage_class(&classes, &class).await {
+                tracing::warn!(class = %class.name_any(), error = %e, "StorageClass not reconciled");
+                errors += 1;
+            }
+        }
+        errors
+    }
+
+    async fn storage_class(
+        &self,
+        classes: &Api<PillarStorageClass>,
+        class: &PillarStorageClass,
+    ) -> Result<(), kube::Error> {
+        let scs = Api::<StorageClass>::all(self.client.clone());
+        let want = desired(class);
+        let name = class.spec.storage_class.name.clone();
+        let uid = class.metadata.uid.clone().unwrap_or_default();
+        let outcome = match scs.get_opt(&name).await? {
+            None => {
+                scs.create(&PostParams::default(), &want).await?;
+                Outcome::Created
+            }
+            Some(have) => match controller_of(&have) {
+                Some(owner) if owner.uid == uid => {
+                    if immutable_differs(&have, &want) {
+                        // Only this very object is deleted: a StorageClass
+                        // re-created by someone else meanwhile is not ours.
+                        let dp = DeleteParams {
+                            preconditions: Some(kube::api::Preconditions {
+                                uid: have.metadata.uid.clone(),
+                                resource_version: have.metadata.resource_version.clone(),
+                            }),
+                            ..Default::default()
+                        };
+                        scs.delete(&name, &dp).await?;
+                        scs.create(&PostParams::default(), &want).await?;
+                        Outcome::Replaced
+                    } else if have.allow_volume_expansion != want.allow_volume_expansion
+                        || have.metadata.labels.as_ref().and_then(|l| {
+                            l.get("app.kubernetes.io/managed-by").cloned()
+                        }) != Some("pillar-csi".into())
+                    {
+                        let patch = serde_json::json!({
+                            "metadata": {
+                                "resourceVersion": have.metadata.resource_version,
+                                "labels": {"app.kubernetes.io/managed-by": "pillar-csi"},
+                            },
+                            "allowVolumeExpansion": want.allow_volume_expansion,
+                        });
+                        scs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await?;
+                        Outcome::Updated
+                    } else {
+                        Outcome::Current
+                    }
+                }
+                Some(owner) => Outcome::Conflict(format!(
+                    "StorageClass {name:?} already exists and is controlled by {} {:?} (uid {}), not by this PillarStorageClass; pillar-csi leaves it untouched: choose another storageClass.name or delete that StorageClass",
+                    owner.kind, owner.name, owner.uid
+                )),
+                None => Outcome::Conflict(format!(
+                    "StorageClass {name:?} already exists and is not owned by this PillarStorageClass (provisioner {:?}); pillar-csi leaves it untouched: choose another storageClass.name or delete that StorageClass",
+                    have.provisioner
+                )),
+            },
+        };
+        let placement = resolve::placement(&self.client, &class.name_any()).await;
+        let (ready, reason, message) = match (outcome, placement) {
+            (Outcome::Conflict(why), _) => (false, "StorageClassConflict", why),
+            (_, Err(e)) => (
+                false,
+                "InvalidReference",
+                format!("StorageClass {name:?} is generated, but volumes cannot be provisioned: {e}"),
+            ),
+            (Outcome::Created, Ok(_)) => (true, "Generated", format!("StorageClass {name:?} created")),
+            (Outcome::Updated, Ok(_)) => (true, "Generated", format!("StorageClass {name:?} updated")),
+            (Outcome::Replaced, Ok(_)) => (
+                true,
+                "Generated",
+                format!("StorageClass {name:?} replaced: its provisioner, parameters, reclaimPolicy and volumeBindingMode are immutable, so it was deleted and created again"),
+            ),
+            (Outcome::Current, Ok(_)) => (true, "Generated", format!("StorageClass {name:?} is up to date")),
+        };
+        let previous = class
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        // "Up to date" after "created/updated/replaced" says nothing new:
+        // keep the message of the last change while the class stays Ready.
+        let keep = ready
+            && reason == "Generated"
+            && message.ends_with("is up to date")
+            && previous.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "True"
+                    && c.reason == "Generated"
+                    && c.observed_generation == class.metadata.generation
+            });
+        if keep {
+            return Ok(());
+        }
+        let condition =
+            ready_condition(&previous, ready, reason, message, class.metadata.generation);
+        if condition_changed(&previous, &condition) {
+            let patch = serde_json::json!({"status": {"conditions": [condition]}});
+            classes
+                .patch_status(
+                    &class.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use api::crd::{Filesystem, FsType, PillarStorageClassSpec, StorageClassTemplate};
+
+    fn class(policy: Option<ReclaimPolicy>) -> PillarStorageClass {
+        let mut c = PillarStorageClass::new(
+            "hot",
+            PillarStorageClassSpec {
+                store_ref: "s".into(),
+                protocol_ref: "p".into(),
+                storage_class: StorageClassTemplate {
+                    name: "pillar-hot".into(),
+                    reclaim_policy: policy,
+                    volume_binding_mode: None,
+                    allow_volume_expansion: None,
+                },
+                filesystem: Some(Filesystem {
+                    fs_type: FsType::Xfs,
+                }),
+            },
+        );
+        c.metadata.uid = Some("u-1".into());
+        c
+    }
+
+    #[test]
+    fn the_generated_class_carries_the_name_fstype_and_owner() {
+        let sc = desired(&class(None));
+        assert_eq!(sc.provisioner, "pillar-csi.bhyoo.com");
+        let p = sc.parameters.clone().unwrap_or_default();
+        assert_eq!(p.get("pillarStorageClass").map(String::as_str), Some("hot"));
+        assert_eq!(
+            p.get("csi.storage.k8s.io/fstype").map(String::as_str),
+            Some("xfs")
+        );
+        assert_eq!(sc.reclaim_policy.as_deref(), Some("Delete"));
+        let owner = controller_of(&sc).cloned().expect("owner");
+        assert_eq!(
+            (
+                owner.kind.as_str(),
+                owner.uid.as_str(),
+                owner.api_version.as_str()
+            ),
+            ("PillarStorageClass", "u-1", "pillar-csi.bhyoo.com/v1alpha1")
+        );
+        let retain = desired(&class(Some(ReclaimPolicy::Retain)));
+        assert!(immutable_differs(&sc, &retain));
+        assert!(!immutable_differs(&sc, &desired(&class(None))));
+    }
+}
