@@ -11,6 +11,8 @@
 //! - [`state`]: the PillarVolumeState store and the fence token;
 //! - [`agents`]: channels to agents; [`error`]: the one mapping to gRPC codes;
 //! - [`events`]: events on claims and records, where users read refusals;
+//! - [`recovery`]: metadata-loss recovery (RecoveryPending records, the
+//!   grant's checks, TransferVolumeOwnership);
 
 pub mod agents;
 pub mod capabilities;
@@ -18,6 +20,7 @@ pub mod error;
 pub mod events;
 pub mod listing;
 pub mod publish;
+pub mod recovery;
 pub mod resolve;
 pub mod state;
 pub mod volumes;
@@ -91,6 +94,11 @@ impl Controller {
             .by_handle(volume_id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("volume {volume_id} does not exist")))?;
+        if recovery::is_pending(&state) {
+            return Err(Error::FailedPrecondition(format!(
+                "cannot {action} volume {volume_id}: it is RecoveryPending (a metadata-loss recovery has not committed), not Ready"
+            )));
+        }
         let status = state.status.clone().unwrap_or_default();
         if status.deleting == Some(true) {
             return Err(Error::FailedPrecondition(format!(
