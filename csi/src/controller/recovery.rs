@@ -13,8 +13,10 @@
 //!
 //! Write-once: Kubernetes 1.20 has no CEL rules, so the controller latches
 //! `newVolumeUID`, `authorizationDigest` and the grant's bytes (their
-//! SHA-256) in `status.recoveryLatch` the first time it sees them set, and
-//! refuses any later value that differs.
+//! SHA-256) in `status.recoveryLatch` the first time a CreateVolume sees
+//! all three set (before checking them), and refuses any later value that
+//! differs: a record latched with a wrong value is started over, as a new
+//! record.
 use super::error::{Error, Result};
 use super::events::Kind;
 use super::resolve;
@@ -395,8 +397,14 @@ impl Controller {
         state: &PillarVolumeState,
     ) -> std::result::Result<csi::Volume, Refusal> {
         self.check_claim(&req.parameters, state).await?;
-        let checked = check_all(state).map_err(Refusal::Record)?;
-        let state = self.latch(state, &checked.latch).await?;
+        let values = state
+            .spec
+            .recovery
+            .as_ref()
+            .ok_or_else(|| Refusal::Record("spec.recovery is not set".into()))
+            .and_then(|r| written(r).map_err(Refusal::Record))?;
+        let state = self.latch(state, &values).await?;
+        let checked = check_all(&state).map_err(Refusal::Record)?;
         let agent = self.agent_of(&state).await?;
         let mut client = self.agents.client(&agent)?;
         let mut reply = None;
