@@ -83,6 +83,34 @@ pub struct AgentConfig {
     /// Needs mTLS: the server TLS key signs the recovery snapshots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_trust_anchor: Option<PathBuf>,
+    /// The gRPC server's limits.
+    pub limits: Limits,
+}
+
+/// The gRPC server's limits (see `crate::limits`). A key left out takes
+/// its default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Limits {
+    /// The largest request message, in bytes; a larger one is refused with
+    /// RESOURCE_EXHAUSTED before it is read. Default 4 MiB.
+    pub max_message_bytes: usize,
+    /// Requests served at once across all connections; one more is refused
+    /// with RESOURCE_EXHAUSTED. Default 256.
+    pub max_concurrent_requests: usize,
+    /// Each RPC's deadline in seconds (a shorter client deadline wins).
+    /// Default 300.
+    pub request_timeout_seconds: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_message_bytes: 4 << 20,
+            max_concurrent_requests: 256,
+            request_timeout_seconds: 300,
+        }
+    }
 }
 
 impl Default for AgentConfig {
@@ -103,6 +131,7 @@ impl Default for AgentConfig {
             },
             resync_interval_seconds: 60,
             recovery_trust_anchor: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -122,6 +151,7 @@ struct FileConfig {
     iscsi: Option<FileListener>,
     resync_interval_seconds: Option<u64>,
     recovery_trust_anchor: Option<PathBuf>,
+    limits: Option<Limits>,
 }
 
 /// A listener in the file: either field may be left out.
@@ -195,6 +225,7 @@ impl AgentConfig {
                 .resync_interval_seconds
                 .unwrap_or(d.resync_interval_seconds),
             recovery_trust_anchor: file.recovery_trust_anchor,
+            limits: file.limits.unwrap_or(d.limits),
         })
     }
 
@@ -280,6 +311,16 @@ impl AgentConfig {
             problems.push(
                 "--recovery-trust-anchor needs mTLS: the server TLS key signs recovery snapshots and plaintext callers are refused; remove --insecure-plaintext or the trust anchor".into(),
             );
+        }
+        let l = self.limits;
+        for (key, value) in [
+            ("maxMessageBytes", l.max_message_bytes as u64),
+            ("maxConcurrentRequests", l.max_concurrent_requests as u64),
+            ("requestTimeoutSeconds", l.request_timeout_seconds),
+        ] {
+            if value == 0 {
+                problems.push(format!("limits.{key} must be greater than 0"));
+            }
         }
         if !self.state_dir.is_absolute() {
             problems.push(format!(

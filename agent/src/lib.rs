@@ -13,6 +13,7 @@
 //! - [`recovery`]: the signed evidence of metadata-loss recovery and its rules;
 //! - [`crash`]: test-only named crash points (feature `crash-points`);
 //! - [`grpc`]: the tonic service; [`error`]: the one mapping to status codes;
+//! - [`limits`]: message size, requests in flight and deadlines of the server;
 //! - [`config`] and [`server`]: configuration, start-up reconciliation,
 //!   periodic resync and serving with mTLS.
 
@@ -24,6 +25,7 @@ pub mod error;
 pub mod export;
 pub mod fence;
 pub mod grpc;
+pub mod limits;
 pub mod locks;
 pub mod marks;
 pub mod recovery;
@@ -33,3 +35,5 @@ pub mod volume;
 
 #[cfg(test)]
 mod readme_tests;
+#[cfg(test)]
+mod server_tests;

@@ -391,7 +391,13 @@ impl MarkStore {
             source: io::Error::other(e),
         })?;
         {
-            let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(io_err(&tmp))?;
             f.write_all(&body).map_err(io_err(&tmp))?;
             f.sync_all().map_err(io_err(&tmp))?;
         }

@@ -169,7 +169,10 @@ pub async fn serve(config: &AgentConfig, agent: Agent, version: &str) -> Result<
             }
         });
     }
-    let mut server = Server::builder();
+    let limits = config.limits;
+    let mut server = Server::builder().timeout(std::time::Duration::from_secs(
+        limits.request_timeout_seconds,
+    ));
     if !config.insecure_plaintext {
         let read = |p: &Option<std::path::PathBuf>| -> Result<Vec<u8>, ServeError> {
             let p = p
@@ -189,7 +192,13 @@ pub async fn serve(config: &AgentConfig, agent: Agent, version: &str) -> Result<
     }
     info!(listen = %config.listen, "agent serving");
     server
-        .add_service(AgentServiceServer::new(AgentGrpc::new(agent, version)))
+        .layer(crate::limits::LimitsLayer::new(
+            limits.max_concurrent_requests,
+        ))
+        .add_service(
+            AgentServiceServer::new(AgentGrpc::new(agent, version))
+                .max_decoding_message_size(limits.max_message_bytes),
+        )
         .serve_with_shutdown(config.listen, shutdown_signal())
         .await?;
     Ok(())

@@ -82,12 +82,64 @@ impl Ca {
         )
     }
 
-    fn issue(&self, name: &str, extensions: &str) -> Result<Pem> {
-        let pem = Pem {
-            cert: self.dir.join(format!("{name}.crt")),
-            key: self.dir.join(format!("{name}.key")),
-        };
-        let csr = self.dir.join(format!("{name}.csr"));
+    /// A client certificate named `name` that expired a year ago (valid
+    /// for one day in 2025), signed by this CA.
+    pub fn expired_client(&self, name: &str) -> Result<Pem> {
+        let pem = self.request(name)?;
+        let db = self.dir.join(format!("{name}.db"));
+        fs::create_dir_all(&db)?;
+        fs::write(db.join("index.txt"), "")?;
+        fs::write(db.join("serial"), "1000\n")?;
+        let config = db.join("ca.cnf");
+        fs::write(
+            &config,
+            format!(
+                "[ca]\ndefault_ca = lab\n[lab]\ndatabase = {db}/index.txt\nnew_certs_dir = {db}\nserial = {db}/serial\ndefault_md = sha256\npolicy = any\n[any]\ncommonName = supplied\n",
+                db = path_str(&db)?
+            ),
+        )?;
+        let ext = self.extensions(
+            name,
+            &format!("extendedKeyUsage=clientAuth\nsubjectAltName=DNS:{name}\n"),
+        )?;
+        run(
+            "openssl",
+            &[
+                "ca",
+                "-batch",
+                "-notext",
+                "-config",
+                path_str(&config)?,
+                "-cert",
+                path_str(&self.pem.cert)?,
+                "-keyfile",
+                path_str(&self.pem.key)?,
+                "-startdate",
+                "20250101000000Z",
+                "-enddate",
+                "20250102000000Z",
+                "-extfile",
+                path_str(&ext)?,
+                "-in",
+                path_str(&self.dir.join(format!("{name}.csr")))?,
+                "-out",
+                path_str(&pem.cert)?,
+            ],
+        )?;
+        Ok(pem)
+    }
+
+    /// A certificate named `name` for servers only (extended key usage
+    /// serverAuth, no clientAuth), signed by this CA: not a client's.
+    pub fn server_only(&self, name: &str) -> Result<Pem> {
+        self.issue(
+            name,
+            &format!("extendedKeyUsage=serverAuth\nsubjectAltName=DNS:{name}\n"),
+        )
+    }
+
+    /// The extension file of a leaf certificate named `name`.
+    fn extensions(&self, name: &str, extensions: &str) -> Result<PathBuf> {
         let ext = self.dir.join(format!("{name}.ext"));
         fs::write(
             &ext,
@@ -95,6 +147,17 @@ impl Ca {
                 "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n{extensions}"
             ),
         )?;
+        Ok(ext)
+    }
+
+    /// A new key for `name` and its certificate request (`<name>.csr`); the
+    /// returned paths are where the key is and the certificate goes.
+    fn request(&self, name: &str) -> Result<Pem> {
+        let pem = Pem {
+            cert: self.dir.join(format!("{name}.crt")),
+            key: self.dir.join(format!("{name}.key")),
+        };
+        let csr = self.dir.join(format!("{name}.csr"));
         run(
             "openssl",
             &[
@@ -113,6 +176,13 @@ impl Ca {
                 path_str(&csr)?,
             ],
         )?;
+        Ok(pem)
+    }
+
+    fn issue(&self, name: &str, extensions: &str) -> Result<Pem> {
+        let pem = self.request(name)?;
+        let csr = self.dir.join(format!("{name}.csr"));
+        let ext = self.extensions(name, extensions)?;
         run(
             "openssl",
             &[

@@ -106,6 +106,11 @@ pub trait Backend: Send + Sync {
             "InspectVolume supports BACKEND_TYPE_LVM only".into(),
         ))
     }
+    /// Who uses the block device at `device` (mounts, holders, LIO, nvmet,
+    /// the exclusive-open probe), read from the host. Read-only.
+    fn device_usage(&self, device: &std::path::Path) -> Result<sys::block::Usage, AgentError> {
+        crate::adopt::usage(device)
+    }
     /// Why the LV may not be adopted by this backend (its layout), `None`
     /// when it may. LVM backends only.
     fn layout_refusal(&self, lv: &sys::lvm::Lv) -> Option<String> {

@@ -2,7 +2,7 @@
 //! ReleaseVolume.
 use super::{blocking, describe, sized, Agent};
 use crate::{
-    adopt::{in_use, usage, OwnExports},
+    adopt::{in_use, OwnExports},
     backend::{Backend, BackendKind, ImportSource, VolumeState},
     error::AgentError,
     fence::{Admission, Call, Token},
@@ -134,14 +134,14 @@ impl Agent {
             .clone()
             .unwrap_or_else(|| format!("/dev/{}/{}", lv.vg.as_str(), lv.name).into());
         let own = OwnExports::of(id);
-        let dev = device.clone();
-        let first = blocking(move || usage(&dev)).await?;
+        let (b, dev) = (backend.clone(), device.clone());
+        let first = blocking(move || b.device_usage(&dev)).await?;
         if let Some(why) = in_use(&first, Some(&own), false) {
             return Err(refuse(why));
         }
         self.unexport_all(id).await?;
-        let dev = device.clone();
-        let after = blocking(move || usage(&dev)).await?;
+        let (b, dev) = (backend.clone(), device.clone());
+        let after = blocking(move || b.device_usage(&dev)).await?;
         if let Some(why) = in_use(&after, None, true) {
             if let Err(restore) = self.export_all(id, &record, mark).await {
                 warn!(volume = %id, error = %restore, "could not restore exports after a refused release");

@@ -1,7 +1,7 @@
 //! InspectVolume: what the storage node observes about an LV, read-only.
 use super::{blocking, Agent};
 use crate::{
-    adopt::{usage, OwnExports},
+    adopt::OwnExports,
     backend::{Backend, BackendKind},
     error::AgentError,
     export::Protocol,
@@ -162,8 +162,9 @@ impl Agent {
             .clone()
             .unwrap_or_else(|| format!("/dev/{}/{}", lv.vg.as_str(), lv.name).into());
         let own = OwnExports::of(id);
+        let b = backend.clone();
         let (usage, probe, allowed) = blocking(move || {
-            let u = usage(&device)?;
+            let u = b.device_usage(&device)?;
             let p = sys::blkid::probe(&device);
             let allowed: BTreeMap<String, (bool, Vec<String>)> = u
                 .nvmet

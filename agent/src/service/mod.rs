@@ -283,5 +283,8 @@ mod holes_tests;
 /// layers above it (feature `sim`).
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+/// The simulator's LVM volume group (feature `sim`).
+#[cfg(any(test, feature = "sim"))]
+pub mod sim_lvm;
 #[cfg(test)]
 mod tests;

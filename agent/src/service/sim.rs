@@ -1,4 +1,5 @@
-//! A simulated backend (one zvol pool, `tank`) and NVMe/TCP exporter: the
+//! A simulated backend (one zvol pool, `tank`; the LVM volume group of
+//! [`super::sim_lvm`] beside it) and NVMe/TCP exporter: the
 //! service's unit tests (fencing, idempotency, locking and failure handling
 //! without the kernel) and the CSI controller's API-server tests use it. The same
 //! behaviour against the real kernel, ZFS and LVM is proven by the lab tests.
@@ -171,6 +172,8 @@ pub struct SimExporter {
     pub exports: Mutex<BTreeMap<String, ExportRecord>>,
     /// How long each export takes (a slow configfs apply or device wait).
     pub delay_ms: std::sync::atomic::AtomicU64,
+    /// How many exports have started (counted before the delay).
+    pub started: std::sync::atomic::AtomicU64,
     /// Fail the next export halfway: the export exists, then an error (a
     /// port link refused with EADDRNOTAVAIL after the namespace was enabled).
     pub fail_halfway: std::sync::atomic::AtomicBool,
@@ -184,6 +187,8 @@ impl Exporter for SimExporter {
         nvmet::Nqn::new(i).map(|_| ()).map_err(AgentError::from)
     }
     fn export(&self, v: &VolumeId, _: &Path, r: &ExportRecord) -> Result<ExportInfo, AgentError> {
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let delay = self.delay_ms.load(std::sync::atomic::Ordering::SeqCst);
         std::thread::sleep(std::time::Duration::from_millis(delay));
         self.exports
@@ -228,6 +233,8 @@ pub struct Fixture {
     pub agent: Arc<Agent>,
     /// Its backend.
     pub backend: Arc<SimBackend>,
+    /// Its LVM backend (volume group [`super::sim_lvm::VG`]).
+    pub lvm: Arc<super::sim_lvm::SimLvm>,
     /// Its exporter.
     pub exporter: Arc<SimExporter>,
     /// The marks' folder, removed on drop.
@@ -238,16 +245,18 @@ pub struct Fixture {
 pub fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let backend = Arc::new(SimBackend::default());
+    let lvm = Arc::new(super::sim_lvm::SimLvm::default());
     let exporter = Arc::new(SimExporter::default());
     let marks = MarkStore::open(dir.path()).expect("marks");
     let agent = Arc::new(Agent::new(
-        vec![backend.clone()],
+        vec![backend.clone(), lvm.clone()],
         vec![exporter.clone()],
         marks,
     ));
     Fixture {
         agent,
         backend,
+        lvm,
         exporter,
         _dir: dir,
     }
