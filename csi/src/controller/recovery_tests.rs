@@ -202,10 +202,13 @@ fn each_disagreement_is_refused_naming_its_field() {
     }
 }
 
+/// A change of a grant.
+type GrantChange = fn(&mut agent::RecoveryAuthorization);
+
 #[test]
 fn a_grant_for_another_record_or_volume_is_refused() {
     let snap = snapshot();
-    let changes: [(&str, fn(&mut agent::RecoveryAuthorization)); 3] = [
+    let changes: [(&str, GrantChange); 3] = [
         ("its new_volume_uid \"someone-else\"", |a| {
             a.new_volume_uid = "someone-else".into()
         }),
