@@ -3,10 +3,10 @@
 //! loss"): the record the operator writes is RecoveryPending, refuses
 //! publish, expand and delete, and CreateVolume refuses every disagreement
 //! of the record, the claim and the grant (on the claim and on the record)
-//! before the agent is called; the agent's refusal keeps it pending. The
-//! agent is the in-process one over its simulator behind mTLS, without
-//! `--recovery-trust-anchor`; the committed path is proven in the kernel
-//! lab (`recovery_through_the_controller_*`).
+//! before the agent is called; the agent's refusal keeps it pending. With
+//! the simulator's volume group and a trust anchor, the whole path commits:
+//! agent-signed snapshot, operator-signed grant, TransferVolumeOwnership,
+//! Ready at newGeneration. The agent is the in-process one behind mTLS.
 use api::annotations::{IMPORT_LV_ANNOTATION, RECOVERY_SNAPSHOT_ANNOTATION};
 use api::crd::*;
 use api::tokens::{Backend, Protocol};
@@ -36,6 +36,8 @@ const HANDLE: &str = "storage-1/nvmeof-tcp/lvm-lv/data-vg/legacy";
 const OLD: &str = "uid-of-the-lost-record";
 
 struct Bed {
+    port: u16,
+    agent_client_tls: (std::path::PathBuf, pillar_csi_lab::tls::Pem),
     server: ApiServer,
     client: kube::Client,
     controller: Controller,
@@ -48,6 +50,12 @@ struct Bed {
 /// (no trust anchor) as PillarAgent storage-1, an LVM store on data-vg and
 /// the class `lvm` over NVMe/TCP; the controller as its ServiceAccount.
 async fn bed() -> Result<Bed> {
+    bed_with(false).await
+}
+
+/// [`bed`]; with `recovery`, the agent runs with a trust anchor holding the
+/// public half of `<certs>/operator.key` (its server key signs snapshots).
+async fn bed_with(recovery: bool) -> Result<Bed> {
     let server = ApiServer::start()?;
     server.install_chart_crds().await?;
     let client = server.client().await?;
@@ -64,7 +72,40 @@ async fn bed() -> Result<Bed> {
         .client_ca_root(Certificate::from_pem(std::fs::read(&ca.pem.cert)?));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    let service = AgentServiceServer::new(AgentGrpc::new(fixture.agent.clone(), "sim"));
+    let agent = if recovery {
+        let key = certs.path().join("operator.key");
+        let public = certs.path().join("operator.pub");
+        let made = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out {k} 2>/dev/null && openssl pkey -in {k} -pubout -out {p}",
+                k = key.display(),
+                p = public.display()
+            ))
+            .status()?;
+        assert!(made.success(), "openssl made the operator key");
+        let marks = pillar_csi_agent::marks::MarkStore::open(certs.path().join("marks"))
+            .map_err(|e| e.to_string())?;
+        std::sync::Arc::new(
+            pillar_csi_agent::service::Agent::new(
+                vec![fixture.backend.clone(), fixture.lvm.clone()],
+                vec![fixture.exporter.clone()],
+                marks,
+            )
+            .with_recovery(
+                pillar_csi_agent::recovery::Recovery::load(
+                    &public,
+                    &agent_pem.cert,
+                    &agent_pem.key,
+                )
+                .map_err(|e| e.to_string())?,
+            ),
+        )
+    } else {
+        fixture.agent.clone()
+    };
+    let agent_client_tls = (ca.pem.cert.clone(), controller_pem.clone());
+    let service = AgentServiceServer::new(AgentGrpc::new(agent.clone(), "sim"));
     let router = Server::builder().tls_config(tls)?.add_service(service);
     let agent_task = tokio::spawn(async move {
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
@@ -148,6 +189,8 @@ async fn bed() -> Result<Bed> {
     }))?;
     let controller = Controller::new(server.controller_client().await?, agents);
     Ok(Bed {
+        port,
+        agent_client_tls,
         server,
         client,
         controller,
@@ -625,5 +668,138 @@ async fn a_recovery_record_serves_nothing_and_is_checked_before_the_agent() -> R
         .expect_err("delete of a RecoveryPending volume");
     assert_eq!(e.code(), Code::FailedPrecondition);
     assert!(is_pending(&record(&bed, &name).await?));
+    Ok(())
+}
+
+/// The agent's client as the operator's tools reach it (mTLS, verified).
+async fn operator_client(
+    bed: &Bed,
+) -> Result<agent::agent_service_client::AgentServiceClient<tonic::transport::Channel>> {
+    let (ca, pem) = &bed.agent_client_tls;
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(std::fs::read(ca)?))
+        .identity(Identity::from_pem(
+            std::fs::read(&pem.cert)?,
+            std::fs::read(&pem.key)?,
+        ));
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{}", bed.port))?
+            .tls_config(tls)?
+            .connect()
+            .await?;
+    Ok(agent::agent_service_client::AgentServiceClient::new(
+        channel,
+    ))
+}
+
+/// The whole path with the agent's simulated VG: an LV adopted under the
+/// old lifecycle, its records lost; the operator's record, the agent's
+/// signed snapshot and a grant signed with the trust anchor's key; then
+/// CreateVolume moves the volume: the agent's mark holds the new lifecycle
+/// at newGeneration, the record is Ready with that generation, the lost
+/// PV's handle comes back, and publishing works under the new token.
+#[tokio::test]
+async fn a_recovery_commits_through_the_controller() -> Result {
+    let bed = bed_with(true).await?;
+    bed.server.kubectl(&["create", "namespace", "db"])?;
+    let lv_uuid = bed._fixture.lvm.add("legacy", 32 << 20);
+    let vg_uuid = pillar_csi_agent::service::sim_lvm::VG_UUID;
+    let mut c = operator_client(&bed).await?;
+    let ident = agent::LvmIdentity {
+        volume_group: "data-vg".into(),
+        logical_volume: "legacy".into(),
+        volume_group_uuid: vg_uuid.into(),
+        logical_volume_uuid: lv_uuid.clone(),
+    };
+    c.create_volume(agent::CreateVolumeRequest {
+        volume_id: "data-vg/legacy".into(),
+        backend_type: agent::BackendType::Lvm as i32,
+        capacity_bytes: 1 << 20,
+        fence: Some(agent::FenceToken {
+            volume_uid: OLD.into(),
+            generation: 4,
+        }),
+        import_lv: Some(ident.clone()),
+        ..Default::default()
+    })
+    .await?;
+    let (name, born) = claim_and_record(&bed, "data-legacy").await?;
+    // The record's source as the agent knows the LV.
+    let patch = serde_json::json!({"spec": {"recovery": {"source": {
+        "volumeGroupUUID": vg_uuid, "logicalVolumeUUID": lv_uuid}}}});
+    Api::<PillarVolumeState>::all(bed.client.clone())
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let uid = born.metadata.uid.clone().ok_or("no uid")?;
+    let inspected = c
+        .inspect_volume(agent::InspectVolumeRequest {
+            volume_id: "data-vg/legacy".into(),
+            backend_type: agent::BackendType::Lvm as i32,
+        })
+        .await?
+        .into_inner();
+    let snap = inspected
+        .snapshot
+        .ok_or("no snapshot for a verified caller")?;
+    assert_eq!(
+        (snap.old_volume_uid.as_str(), snap.old_generation),
+        (OLD, 4)
+    );
+    let key = pillar_csi_agent::recovery::PrivateSigner::from_pem(&std::fs::read(
+        bed._certs.path().join("operator.key"),
+    )?)?;
+    let now = std::time::SystemTime::now();
+    let auth = pillar_csi_agent::recovery::authorize(
+        &snap,
+        &uid,
+        5,
+        prost_types::Timestamp::from(now - std::time::Duration::from_secs(60)),
+        prost_types::Timestamp::from(now + std::time::Duration::from_secs(3600)),
+        &key,
+    )?;
+    let digest = authorization_digest(&auth);
+    latch_grant(&bed, &name, &snap, &auth, &digest).await?;
+
+    let volume = create(&bed, &name, "data-legacy").await?;
+    assert_eq!(volume.volume_id, HANDLE, "the lost PV's handle");
+    assert_eq!(volume.capacity_bytes, 32 << 20);
+    let state = record(&bed, &name).await?;
+    assert_eq!(phase(&state), Some(VolumePhase::Ready));
+    assert!(!is_pending(&state));
+    assert_eq!(
+        state.status.as_ref().and_then(|s| s.publication_generation),
+        Some(5)
+    );
+    let after = c
+        .inspect_volume(agent::InspectVolumeRequest {
+            volume_id: "data-vg/legacy".into(),
+            backend_type: agent::BackendType::Lvm as i32,
+        })
+        .await?
+        .into_inner()
+        .fence
+        .ok_or("no fence")?;
+    assert_eq!(
+        (after.volume_uid.as_str(), after.generation),
+        (uid.as_str(), 5)
+    );
+    assert!(after.ended_uids.contains(&OLD.to_owned()));
+    // Again (the provisioner's retry): the same volume.
+    assert_eq!(create(&bed, &name, "data-legacy").await?.volume_id, HANDLE);
+    // Publishing now works, under the new lifecycle's token.
+    let node = "worker-a/nqn.2014-08.org.nvmexpress:uuid:0f6a8e4c-2b1d-4c55-9a4e-6c1f0e5d7a21/iqn.1993-08.org.debian:01:5e2f9a1b7c3d";
+    bed.controller
+        .controller_publish_volume(Request::new(pb::ControllerPublishVolumeRequest {
+            volume_id: HANDLE.into(),
+            node_id: node.into(),
+            volume_capability: Some(cap()),
+            ..Default::default()
+        }))
+        .await?;
+    let state = record(&bed, &name).await?;
+    assert_eq!(
+        state.status.as_ref().and_then(|s| s.publication_generation),
+        Some(6)
+    );
     Ok(())
 }
