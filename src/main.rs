@@ -1,6 +1,7 @@
 //! `pillar-csi`: the one binary of the driver; each role is a subcommand.
 use clap::{Args, Parser, Subcommand};
 use pillar_csi_agent::{config::AgentConfig, server};
+mod agent_call;
 mod rebind_check;
 mod recovery_cmd;
 
@@ -42,12 +43,7 @@ enum Command {
     Recovery(recovery_cmd::RecoveryCommand),
     /// The spec's jq checks of "Rebind a retained volume" (step 4) over an
     /// InspectVolume answer and a PillarVolumeState, one line each.
-    RebindCheck {
-        /// The InspectVolume answer (grpcurl's JSON).
-        inspect_json: PathBuf,
-        /// The PillarVolumeState (`kubectl get pillarvolumestate -o json`).
-        pvs_json: PathBuf,
-    },
+    RebindCheck(Box<rebind_check::RebindArgs>),
     /// Run the CSI node plugin (Identity and Node services on a unix socket).
     Node(node_cmd::NodeArgs),
     /// Print the version and the commit this binary was built from.
@@ -192,10 +188,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::RebindCheck {
-            inspect_json,
-            pvs_json,
-        } => match rebind_check::run(&inspect_json, &pvs_json) {
+        Command::RebindCheck(args) => match rebind_check::run(*args) {
             Ok(text) => {
                 println!("{text}");
                 ExitCode::SUCCESS

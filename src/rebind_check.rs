@@ -1,11 +1,14 @@
-//! `pillar-csi rebind-check INSPECT_JSON PVS_JSON`: the jq checks of the
+//! `pillar-csi rebind-check INSPECT_JSON PVS_JSON` (or, live, `--agent
+//! ... --volume-id ...` with `--pvs-json FILE` or `--pvs-name NAME`): the jq checks of the
 //! spec's "Rebind a retained volume", step 4, over an InspectVolume answer
 //! (grpcurl's JSON) and a PillarVolumeState (`kubectl get pillarvolumestate
 //! -o json`). Prints each of the eight lines as jq prints it (with jq's
 //! rules: a missing field is null, null equals null, `length` of null is 0,
 //! `not` of null is true), each followed by the check it is; exits 1 when
 //! any line is not `true`.
+use crate::agent_call::{inspect as inspect_live, AgentFlags, VolumeFlags};
 use serde_json::Value;
+use std::path::{Path, PathBuf};
 
 /// `a.b.c` of `v`, null when missing (jq's `.a.b.c`).
 fn at<'a>(v: &'a Value, path: &[&str]) -> &'a Value {
@@ -76,14 +79,90 @@ pub fn lines(inspect: &Value, pvs: &Value) -> Vec<(Value, &'static str)> {
     ]
 }
 
-/// Reads both files and prints the lines; `Err` when a line is not `true`
-/// or a file is unreadable.
-pub fn run(inspect: &std::path::Path, pvs: &std::path::Path) -> Result<String, String> {
-    let read = |p: &std::path::Path| -> Result<Value, String> {
-        let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", p.display()))
+/// `rebind-check`: the inspection from a file or from the agent (live),
+/// the PillarVolumeState from a file or from the API server.
+#[derive(clap::Args)]
+pub struct RebindArgs {
+    /// The InspectVolume answer (grpcurl's JSON); or `--agent` to call it.
+    inspect_json: Option<PathBuf>,
+    /// The PillarVolumeState (`kubectl get pillarvolumestate -o json`); or
+    /// `--pvs-json` / `--pvs-name`.
+    pvs_json: Option<PathBuf>,
+    #[command(flatten)]
+    agent: AgentFlags,
+    #[command(flatten)]
+    volume: VolumeFlags,
+    /// The PillarVolumeState file (with `--agent`).
+    #[arg(long = "pvs-json", value_name = "FILE")]
+    pvs_file: Option<PathBuf>,
+    /// The PillarVolumeState's name, read from the API server.
+    #[arg(long, value_name = "NAME")]
+    pvs_name: Option<String>,
+    /// The kubeconfig for `--pvs-name` (default: $KUBECONFIG, ~/.kube/config
+    /// or the in-cluster account).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+}
+
+fn read(p: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", p.display()))
+}
+
+/// The PillarVolumeState `name` as the API server stores it (raw JSON).
+fn pvs_from_api(name: &str, kubeconfig: Option<&Path>) -> Result<Value, String> {
+    use kube::api::{Api, ApiResource, DynamicObject};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    runtime.block_on(async {
+        let config = match kubeconfig {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(file, &Default::default())
+                    .await
+                    .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+            }
+            None => kube::Config::infer()
+                .await
+                .map_err(|e| format!("no kubeconfig and not in a cluster: {e}"))?,
+        };
+        let client =
+            kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
+        let resource = ApiResource::erase::<api::crd::PillarVolumeState>(&());
+        let object = Api::<DynamicObject>::all_with(client, &resource)
+            .get(name)
+            .await
+            .map_err(|e| format!("PillarVolumeState {name:?}: {e}"))?;
+        serde_json::to_value(object).map_err(|e| e.to_string())
+    })
+}
+
+/// Reads (or fetches) both sides and prints the lines; `Err` when a line
+/// is not `true` or a side cannot be read.
+pub fn run(a: RebindArgs) -> Result<String, String> {
+    let usage = "give INSPECT_JSON PVS_JSON, or --agent HOST:PORT --cert --key --cacert --volume-id VG/LV with --pvs-json FILE or --pvs-name NAME";
+    let (inspect, pvs) = match (&a.inspect_json, &a.pvs_json, &a.agent.agent) {
+        (Some(i), Some(p), None) if a.pvs_file.is_none() && a.pvs_name.is_none() => {
+            (read(i)?, read(p)?)
+        }
+        (None, None, Some(_)) => {
+            let pvs = match (&a.pvs_file, &a.pvs_name) {
+                (Some(file), None) => read(file)?,
+                (None, Some(name)) => pvs_from_api(name, a.kubeconfig.as_deref())?,
+                _ => {
+                    return Err(format!(
+                        "one of --pvs-json and --pvs-name is needed: {usage}"
+                    ))
+                }
+            };
+            (inspect_live(&a.agent, &a.volume)?, pvs)
+        }
+        _ => return Err(usage.into()),
     };
-    let lines = lines(&read(inspect)?, &read(pvs)?);
+    let lines = lines(&inspect, &pvs);
     let text: Vec<String> = lines
         .iter()
         .map(|(value, check)| format!("{value}\t# {check}"))

@@ -2,6 +2,8 @@
 //! recovery (spec: adopt-lvm-lv.md, "Recover after metadata loss"), which
 //! the spec leaves to a Go program.
 //!
+//! `inspect` calls InspectVolume over mTLS and prints the answer in the
+//! proto3 JSON `sign` reads (see [`crate::agent_call`]).
 //! `sign` reads an InspectVolume answer (grpcurl's JSON), the operator's
 //! private key (PKCS#8 PEM, as the Go program reads it), the new UID and
 //! generation, and prints the three lines the Go program prints, with the
@@ -25,6 +27,9 @@ use std::{
 /// The recovery subcommands.
 #[derive(Subcommand)]
 pub enum RecoveryCommand {
+    /// InspectVolume over mTLS; prints the answer as proto3 JSON (the file
+    /// `recovery sign` reads), and refuses an answer without a snapshot.
+    Inspect(InspectArgs),
     /// Sign a grant over the snapshot of an InspectVolume answer; prints
     /// `snapshot:`, `authorization:` (base64) and `authorizationDigest:` (hex).
     Sign(SignArgs),
@@ -48,6 +53,18 @@ pub struct SignArgs {
     /// before it, expires_at one hour after, as in the spec's Go program.
     #[arg(long)]
     now: Option<prost_types::Timestamp>,
+}
+
+/// `recovery inspect`.
+#[derive(Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    agent: crate::agent_call::AgentFlags,
+    #[command(flatten)]
+    volume: crate::agent_call::VolumeFlags,
+    /// Print an answer that has no snapshot instead of failing.
+    #[arg(long)]
+    allow_no_snapshot: bool,
 }
 
 /// `recovery verify`.
@@ -81,6 +98,9 @@ fn instant(t: &prost_types::Timestamp) -> Result<SystemTime, String> {
 /// Runs one recovery subcommand; the text to print, or why it failed.
 pub fn run(command: RecoveryCommand) -> Result<String, String> {
     match command {
+        RecoveryCommand::Inspect(a) => {
+            crate::agent_call::inspect_for_recovery(&a.agent, &a.volume, a.allow_no_snapshot)
+        }
         RecoveryCommand::Sign(a) => sign(a),
         RecoveryCommand::Verify(a) => verify(a),
     }

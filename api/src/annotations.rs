@@ -23,6 +23,9 @@ pub const IMPORT_ZVOL_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-zvol";
 pub const IMPORT_LV_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-lv";
 /// The annotation choosing the adopted LV's policy.
 pub const IMPORT_LV_POLICY_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-lv-policy";
+/// The PillarVolumeState annotation holding a metadata-loss recovery's
+/// agent-signed RecoverySnapshot (deterministic protobuf, base64).
+pub const RECOVERY_SNAPSHOT_ANNOTATION: &str = "pillar-csi.bhyoo.com/recovery-snapshot";
 
 const ZVOL_FORM: &str = "\"<pool>[/<parent>]/<name>\"";
 const LV_FORM: &str = "\"<vg>/<lv>:<vg_uuid>:<lv_uuid>\"";

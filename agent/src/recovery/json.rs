@@ -227,3 +227,74 @@ pub fn snapshot_to_json(s: &pb::RecoverySnapshot) -> Value {
     }
     v
 }
+
+/// A whole InspectVolume answer as proto3 JSON with defaults printed
+/// (grpcurl `-emit-defaults`, the form the spec's jq and `recovery sign`
+/// read): camelCase, enums by name, 64-bit integers as strings, bytes as
+/// base64, times in RFC 3339; absent message fields are left out.
+pub fn inspection_to_json(r: &pb::InspectVolumeResponse) -> Value {
+    let identity = |i: &pb::LvmIdentity| {
+        serde_json::json!({
+            "volumeGroup": i.volume_group,
+            "logicalVolume": i.logical_volume,
+            "volumeGroupUuid": i.volume_group_uuid,
+            "logicalVolumeUuid": i.logical_volume_uuid,
+        })
+    };
+    let protocol = |n: i32| match pb::ProtocolType::try_from(n) {
+        Ok(p) => Value::from(p.as_str_name()),
+        Err(_) => Value::from(n),
+    };
+    let mut v = serde_json::json!({
+        "volumeId": r.volume_id,
+        "filesystemProbeState": r.filesystem_probe_state,
+        "filesystemType": r.filesystem_type,
+        "consumers": r.consumers.iter().map(|c| serde_json::json!({
+            "kind": c.kind, "device": c.device, "detail": c.detail,
+        })).collect::<Vec<_>>(),
+        "exports": r.exports.iter().map(|x| serde_json::json!({
+            "protocolType": protocol(x.protocol_type),
+            "targetId": x.target_id,
+            "managed": x.managed,
+            "allowedHosts": x.allowed_hosts,
+            "allowAnyHost": x.allow_any_host,
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(l) = &r.lvm {
+        let mut lvm = serde_json::json!({
+            "exclusiveClaim": l.exclusive_claim,
+            "sizeBytes": l.size_bytes.to_string(),
+            "segtype": l.segtype,
+            "lvAttr": l.lv_attr,
+            "poolLv": l.pool_lv,
+            "active": l.active,
+            "devicePath": l.device_path,
+            "layoutRefusal": l.layout_refusal,
+        });
+        if let Some(i) = &l.identity {
+            lvm["identity"] = identity(i);
+        }
+        v["lvm"] = lvm;
+    }
+    if let Some(f) = &r.fence {
+        let mut fence = serde_json::json!({
+            "exists": f.exists,
+            "ended": f.ended,
+            "volumeUid": f.volume_uid,
+            "generation": f.generation.to_string(),
+            "preserveOriginal": f.preserve_original,
+            "endedUids": f.ended_uids,
+        });
+        if let Some(i) = &f.lvm_source {
+            fence["lvmSource"] = identity(i);
+        }
+        v["fence"] = fence;
+    }
+    if let Some(t) = &r.observed_at {
+        v["observedAt"] = Value::from(t.to_string());
+    }
+    if let Some(s) = &r.snapshot {
+        v["snapshot"] = snapshot_to_json(s);
+    }
+    v
+}

@@ -428,3 +428,53 @@ fn the_snapshot_round_trips_through_json() -> Result<(), String> {
     assert_eq!(json::snapshot_of_inspection(&text)?, snap);
     Ok(())
 }
+
+/// The whole answer prints as Python's `json_format` printed it (defaults
+/// included), and `recovery sign` reads the snapshot back from it.
+#[test]
+fn an_inspection_prints_as_proto3_json_does() -> Result<(), String> {
+    let answer = pb::InspectVolumeResponse {
+        volume_id: "data-vg/legacy".into(),
+        snapshot: Some(fixed_snapshot()),
+        ..Default::default()
+    };
+    let printed = json::inspection_to_json(&answer);
+    let python: serde_json::Value =
+        serde_json::from_slice(&read("inspect.json")).map_err(|e| e.to_string())?;
+    assert_eq!(printed, python);
+    assert_eq!(
+        json::snapshot_of_inspection(&printed.to_string())?,
+        fixed_snapshot()
+    );
+    let full = pb::InspectVolumeResponse {
+        lvm: Some(pb::LvmObservation {
+            identity: Some(identity()),
+            exclusive_claim: "busy".into(),
+            size_bytes: 1 << 40,
+            ..Default::default()
+        }),
+        fence: Some(pb::FenceState {
+            exists: true,
+            volume_uid: "u".into(),
+            generation: u64::MAX,
+            ended_uids: vec!["e".into()],
+            ..Default::default()
+        }),
+        ..answer
+    };
+    let v = json::inspection_to_json(&full);
+    assert_eq!(v["lvm"]["sizeBytes"], "1099511627776");
+    assert_eq!(v["lvm"]["exclusiveClaim"], "busy");
+    assert_eq!(
+        v["lvm"]["identity"]["volumeGroupUuid"],
+        identity().volume_group_uuid
+    );
+    assert_eq!(v["fence"]["generation"], u64::MAX.to_string());
+    assert_eq!(v["fence"]["ended"], false);
+    assert_eq!(v["fence"]["endedUids"], serde_json::json!(["e"]));
+    assert!(
+        v["fence"].get("lvmSource").is_none(),
+        "absent message left out"
+    );
+    Ok(())
+}

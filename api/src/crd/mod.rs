@@ -29,7 +29,7 @@ pub use infra::{
 pub use volume::{
     ClaimRef, ExportSpec, LvmSource, PillarVolumeReservation, PillarVolumeReservationSpec,
     PillarVolumeState, PillarVolumeStateSpec, PillarVolumeStateStatus, PublishedNode, Recovery,
-    Resolved, VolumePhase,
+    RecoveryLatch, Resolved, VolumePhase,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -197,6 +197,23 @@ pub struct PillarVolumeStateStatus {
     /// The last refusal or failure, for a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The write-once fields of `spec.recovery` as the controller first saw
+    /// them set; a later change of the spec is refused (no CEL on 1.20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_latch: Option<RecoveryLatch>,
+}
+
+/// The write-once recovery fields, latched by the controller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryLatch {
+    /// `spec.recovery.newVolumeUID` as first seen.
+    #[serde(rename = "newVolumeUID")]
+    pub new_volume_uid: String,
+    /// `spec.recovery.authorizationDigest` as first seen.
+    pub authorization_digest: String,
+    /// SHA-256 (hex) of the bytes of `spec.recovery.authorization` as first seen.
+    pub authorization_sha256: String,
 }
 
 /// One publication.

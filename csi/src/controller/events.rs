@@ -82,7 +82,10 @@ impl Events {
             ),
             first_timestamp: Some(Time(now)),
             last_timestamp: Some(Time(now)),
-            event_time: Some(MicroTime(now)),
+            // The API server (1.20) accepts an event with eventTime about a
+            // cluster-scoped object only in kube-system; like client-go's
+            // recorder, such events go to "default" without eventTime.
+            event_time: object.namespace().map(|_| MicroTime(now)),
             count: Some(1),
             reporting_component: Some(COMPONENT.to_owned()),
             reporting_instance: Some(

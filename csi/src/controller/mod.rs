@@ -14,7 +14,9 @@
 //! - [`claim`]: the claim of a CreateVolume and what its annotations ask;
 //! - [`import`]: the `import-zvol` / `import-lv` annotations and their
 //!   refusals; [`reservations`]: the PillarVolumeReservation each import
-//!   takes; [`settings`]: the `filesystem` and `backend` annotations.
+//!   takes; [`settings`]: the `filesystem` and `backend` annotations;
+//! - [`recovery`]: metadata-loss recovery (RecoveryPending records, the
+//!   grant's checks, TransferVolumeOwnership).
 
 pub mod agents;
 pub mod capabilities;
@@ -24,6 +26,7 @@ pub mod events;
 pub mod import;
 pub mod listing;
 pub mod publish;
+pub mod recovery;
 pub mod reservations;
 pub mod resolve;
 pub mod settings;
@@ -101,6 +104,11 @@ impl Controller {
             .by_handle(volume_id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("volume {volume_id} does not exist")))?;
+        if recovery::is_pending(&state) {
+            return Err(Error::FailedPrecondition(format!(
+                "cannot {action} volume {volume_id}: it is RecoveryPending (a metadata-loss recovery has not committed), not Ready"
+            )));
+        }
         let status = state.status.clone().unwrap_or_default();
         if status.deleting == Some(true) {
             return Err(Error::FailedPrecondition(format!(

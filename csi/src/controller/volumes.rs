@@ -51,6 +51,11 @@ impl Controller {
             return Err(Error::InvalidArgument("the volume name is missing".into()));
         }
         check_all(&req.volume_capabilities).map_err(Error::InvalidArgument)?;
+        if let Some(state) = self.states.get(&req.name).await? {
+            if state.spec.recovery.is_some() {
+                return self.recover(&req, state).await;
+            }
+        }
         if req.volume_content_source.is_some() {
             return Err(Error::InvalidArgument(
                 "volume content sources (snapshots, clones) are not supported".into(),
@@ -212,7 +217,8 @@ impl Controller {
             return Ok(());
         };
         let status = state.status.clone().unwrap_or_default();
-        if status.phase == Some(VolumePhase::RecoveryPending) {
+        if super::recovery::is_pending(&state) || status.phase == Some(VolumePhase::RecoveryPending)
+        {
             return Err(Error::FailedPrecondition(format!(
                 "volume {volume_id} is RecoveryPending: it cannot be deleted"
             )));

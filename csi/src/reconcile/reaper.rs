@@ -32,7 +32,7 @@
 //! for the next pass (the reason goes to the record's `status.message`).
 use super::Reconcilers;
 use crate::controller::error::Error;
-use crate::controller::{backend_type, state};
+use crate::controller::{backend_type, recovery, state};
 use api::crd::{PillarAgent, PillarVolumeReservation, PillarVolumeState, VolumePhase};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -43,7 +43,7 @@ use pillar_csi_proto::agent::v1 as pb;
 /// Kubernetes lookups).
 pub fn kept_because(record: &PillarVolumeState) -> Option<&'static str> {
     let phase = record.status.as_ref().and_then(|s| s.phase);
-    if record.spec.recovery.is_some() || phase == Some(VolumePhase::RecoveryPending) {
+    if recovery::is_pending(record) || phase == Some(VolumePhase::RecoveryPending) {
         return Some("a recovery record");
     }
     if phase == Some(VolumePhase::Ready) {
