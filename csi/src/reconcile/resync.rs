@@ -37,6 +37,9 @@ pub fn desired_export(record: &PillarVolumeState) -> Option<pb::DesiredExport> {
         fence: Some(state::fence(record, state::generation(record))),
         acl_enabled: spec.acl_enabled,
         allowed_initiators: spec.allowed_initiators.clone(),
+        // The controller exports without CHAP (publish.rs), so the export
+        // it restores has none either.
+        chap: None,
     })
 }
 
