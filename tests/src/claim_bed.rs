@@ -1,0 +1,336 @@
+//! The claim bed: a cluster's storage path in the kernel lab. The real
+//! agent (the lab's ZFS pool and thin pool, nvmet and LIO) over mTLS,
+//! `pillar-csi controller` (the binary) against the API server the lab
+//! runner started on the host, and `pillar-csi node` on a unix socket; the
+//! chart's CRDs and the controller's RBAC; one PillarAgent, a zvol and an
+//! LV PillarStore, NVMe/TCP and iSCSI PillarProtocols and three
+//! PillarStorageClasses, whose StorageClasses the controller generated.
+//! The `claim_` lab tests and the demo share it ([`crate::claim_life`]
+//! plays the CO's side).
+use crate::{
+    agent::{AgentConfig, AgentProcess, ClientTls, ServerTls, ZfsParent},
+    apiserver::ApiServer,
+    csi::{dial, CsiProcess, NodePlugin},
+    tls::Ca,
+    Lab, Result,
+};
+use api::crd::*;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, Patch, PatchParams};
+use pillar_csi_proto::csi::v1::{
+    controller_client::ControllerClient, node_client::NodeClient, NodeGetInfoRequest,
+};
+use std::{ffi::OsString, path::Path, time::Duration};
+use tonic::transport::Channel;
+
+/// The agent's NVMe/TCP port in claim tests.
+pub const NVME_PORT: u16 = 4431;
+/// The agent's iSCSI port in claim tests.
+pub const ISCSI_PORT: u16 = 3271;
+/// How long the controller may take to generate a StorageClass.
+const STORAGE_CLASS_WAIT: Duration = Duration::from_secs(120);
+
+/// One PillarStorageClass of the bed: a store, a protocol, a filesystem.
+#[derive(Debug, Clone)]
+pub struct Class {
+    /// The PillarStorageClass's name.
+    pub name: String,
+    /// The StorageClass it generates.
+    pub storage_class: String,
+    /// Its filesystem (`ext4`, `xfs`).
+    pub fs_type: &'static str,
+}
+
+/// The bed; everything it started is stopped when dropped (the API server
+/// belongs to the lab runner and stays).
+pub struct ClaimBed {
+    /// The lab.
+    pub lab: Lab,
+    /// The host's API server.
+    pub server: ApiServer,
+    /// An admin client (the test applies what a cluster operator would).
+    pub admin: kube::Client,
+    /// The zvols' parent dataset (`<pool>/<parent>`), destroyed last.
+    pub parent: ZfsParent,
+    /// The agent (mTLS; the controller presents a client certificate).
+    pub agent: AgentProcess,
+    /// `pillar-csi controller`.
+    pub controller: CsiProcess,
+    /// `pillar-csi node`.
+    pub plugin: NodePlugin,
+    /// The node's CSI ID (from NodeGetInfo).
+    pub node_id: String,
+    /// The PillarAgent's name.
+    pub agent_name: String,
+    /// zvol store, NVMe/TCP, ext4.
+    pub zvol_nvme: Class,
+    /// thin LV store, iSCSI, xfs.
+    pub lv_iscsi: Class,
+    /// zvol store, iSCSI, ext4.
+    pub zvol_iscsi: Class,
+}
+
+fn class(prefix: &str, what: &str, fs_type: &'static str) -> Class {
+    let name = format!("{prefix}-{what}");
+    Class {
+        storage_class: format!("pillar-{name}"),
+        name,
+        fs_type,
+    }
+}
+
+/// Server-side apply of `object` (named `name`) as the test's field manager.
+async fn apply<K>(client: &kube::Client, name: &str, object: &K) -> Result<()>
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::apply("pillar-csi-lab").force(),
+            &Patch::Apply(object),
+        )
+        .await?;
+    Ok(())
+}
+
+impl ClaimBed {
+    /// Starts the bed; objects are named after `prefix` (`claim`, `demo`).
+    pub async fn start(prefix: &str) -> Result<Self> {
+        let lab = Lab::get();
+        let server = ApiServer::lab()?;
+        server.install_chart_crds().await?;
+        let admin = server.client().await?;
+        // The binding of the controller's ServiceAccount to the chart's rules.
+        server.controller_client().await?;
+
+        let certs = lab.work.join(format!("{prefix}.certs"));
+        let ca = Ca::new(&certs, "pillar-lab-ca")?;
+        let agent_pem = ca.server("agent", "127.0.0.1".parse()?)?;
+        let controller_pem = ca.client("pillar-csi-controller")?;
+
+        let parent = ZfsParent::create(&lab, prefix)?;
+        let mut config = AgentConfig::new(
+            &lab,
+            &lab.unique(prefix),
+            vec![
+                parent.backend(),
+                format!("lvm={}/{}", lab.vg, lab.thin_pool),
+            ],
+            NVME_PORT,
+            ISCSI_PORT,
+        )?;
+        config.tls = Some((
+            ServerTls {
+                identity: agent_pem,
+                client_ca: ca.pem.cert.clone(),
+            },
+            ClientTls {
+                server_ca: ca.pem.cert.clone(),
+                identity: Some(controller_pem.clone()),
+            },
+        ));
+        let agent = AgentProcess::start(config).await?;
+
+        let agent_name = format!("{prefix}-storage");
+        apply(
+            &admin,
+            &agent_name,
+            &PillarAgent::new(
+                &agent_name,
+                PillarAgentSpec {
+                    address: agent.addr().ip().to_string(),
+                    port: agent.addr().port(),
+                    tls_server_name: None,
+                },
+            ),
+        )
+        .await?;
+        let zvols = format!("{prefix}-zvols");
+        let lvs = format!("{prefix}-lvs");
+        let store = |backend| PillarStoreSpec {
+            agent_ref: agent_name.clone(),
+            backend,
+        };
+        let zfs = store(StoreBackend {
+            zfs: Some(ZfsBackend {
+                pool: parent.pool.clone(),
+                parent_dataset: Some(parent.name.clone()),
+            }),
+            lvm: None,
+        });
+        apply(&admin, &zvols, &PillarStore::new(&zvols, zfs)).await?;
+        let lvm = store(StoreBackend {
+            zfs: None,
+            lvm: Some(LvmBackend {
+                volume_group: lab.vg.clone(),
+                thin_pool: Some(lab.thin_pool.clone()),
+            }),
+        });
+        apply(&admin, &lvs, &PillarStore::new(&lvs, lvm)).await?;
+        let nvme = format!("{prefix}-nvme");
+        let iscsi = format!("{prefix}-iscsi");
+        let protocol = |nvmeof_tcp, iscsi| PillarProtocolSpec {
+            protocol: ProtocolConfig { nvmeof_tcp, iscsi },
+        };
+        let spec = protocol(
+            Some(NvmeofTcpProtocol {
+                port: NVME_PORT,
+                acl: true,
+            }),
+            None,
+        );
+        apply(&admin, &nvme, &PillarProtocol::new(&nvme, spec)).await?;
+        let spec = protocol(
+            None,
+            Some(IscsiProtocol {
+                port: ISCSI_PORT,
+                acl: true,
+            }),
+        );
+        apply(&admin, &iscsi, &PillarProtocol::new(&iscsi, spec)).await?;
+
+        let zvol_nvme = class(prefix, "zvol-nvme", "ext4");
+        let lv_iscsi = class(prefix, "lv-iscsi", "xfs");
+        let zvol_iscsi = class(prefix, "zvol-iscsi", "ext4");
+        for (c, store, protocol) in [
+            (&zvol_nvme, &zvols, &nvme),
+            (&lv_iscsi, &lvs, &iscsi),
+            (&zvol_iscsi, &zvols, &iscsi),
+        ] {
+            let spec = PillarStorageClassSpec {
+                store_ref: store.clone(),
+                protocol_ref: protocol.clone(),
+                storage_class: StorageClassTemplate {
+                    name: c.storage_class.clone(),
+                    reclaim_policy: None,
+                    volume_binding_mode: None,
+                    allow_volume_expansion: None,
+                },
+                filesystem: Some(Filesystem {
+                    fs_type: if c.fs_type == "xfs" {
+                        FsType::Xfs
+                    } else {
+                        FsType::Ext4
+                    },
+                }),
+            };
+            apply(&admin, &c.name, &PillarStorageClass::new(&c.name, spec)).await?;
+        }
+
+        let args: Vec<OsString> = vec![
+            "controller".into(),
+            "--kubeconfig".into(),
+            server.kubeconfig_of("pillar-csi-controller").into(),
+            "--agent-tls-cert".into(),
+            controller_pem.cert.into(),
+            "--agent-tls-key".into(),
+            controller_pem.key.into(),
+            "--agent-tls-ca".into(),
+            ca.pem.cert.clone().into(),
+            "--reconcile-interval".into(),
+            "2s".into(),
+        ];
+        let controller = CsiProcess::start(
+            &args,
+            &lab.work.join(format!("{prefix}.controller.sock")),
+            &lab.work.join(format!("{prefix}.controller.log")),
+            &[("RUST_LOG", "info")],
+        )
+        .await?;
+        let plugin = NodePlugin::start(&lab, &format!("{prefix}-node")).await?;
+        let node_id = plugin
+            .node()
+            .await?
+            .node_get_info(NodeGetInfoRequest {})
+            .await?
+            .into_inner()
+            .node_id;
+        let bed = Self {
+            lab,
+            server,
+            admin,
+            parent,
+            agent,
+            controller,
+            plugin,
+            node_id,
+            agent_name,
+            zvol_nvme,
+            lv_iscsi,
+            zvol_iscsi,
+        };
+        for c in [&bed.zvol_nvme, &bed.lv_iscsi, &bed.zvol_iscsi] {
+            bed.storage_class(c).await?;
+        }
+        Ok(bed)
+    }
+
+    /// Waits (bounded) for the StorageClass the controller generates from
+    /// `class` and returns it.
+    pub async fn storage_class(&self, class: &Class) -> Result<StorageClass> {
+        let api = Api::<StorageClass>::all(self.admin.clone());
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(sc) = api.get_opt(&class.storage_class).await? {
+                return Ok(sc);
+            }
+            if start.elapsed() > STORAGE_CLASS_WAIT {
+                return Err(format!(
+                    "the controller generated no StorageClass {} within {STORAGE_CLASS_WAIT:?}; its log:\n{}",
+                    class.storage_class,
+                    self.controller.log()
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// A Controller service client (the sidecars' side of the socket).
+    pub async fn controller_client(&self) -> Result<ControllerClient<Channel>> {
+        Ok(ControllerClient::new(self.controller.channel().await?))
+    }
+
+    /// A Node service client (kubelet's side of the socket).
+    pub async fn node_client(&self) -> Result<NodeClient<Channel>> {
+        Ok(NodeClient::new(dial(&self.plugin.socket).await?))
+    }
+
+    /// A fresh folder under the lab's kubelet folder.
+    pub fn path(&self, what: &str) -> std::path::PathBuf {
+        let dir = self.lab.work.join("kubelet");
+        let _ = std::fs::create_dir_all(&dir);
+        dir.join(self.lab.unique(what))
+    }
+
+    /// The logs of the three processes, for a failing test's message.
+    pub fn logs(&self) -> String {
+        let tail = |text: String| {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        };
+        format!(
+            "controller:\n{}\nnode:\n{}\nagent:\n{}",
+            tail(self.controller.log()),
+            tail(self.plugin.log()),
+            tail(self.agent.log()),
+        )
+    }
+
+    /// The full dataset of the zvol with agent volume ID `<pool>/<name>`.
+    pub fn dataset_of(&self, agent_volume_id: &str) -> String {
+        let name = agent_volume_id.rsplit('/').next().unwrap_or_default();
+        format!("{}/{name}", self.parent.dataset())
+    }
+
+    /// The bed's work folder.
+    pub fn work(&self) -> &Path {
+        &self.lab.work
+    }
+}
