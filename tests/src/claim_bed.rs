@@ -20,7 +20,7 @@ use kube::api::{Api, Patch, PatchParams};
 use pillar_csi_proto::csi::v1::{
     controller_client::ControllerClient, node_client::NodeClient, NodeGetInfoRequest,
 };
-use std::{ffi::OsString, path::Path, time::Duration};
+use std::{ffi::OsString, time::Duration};
 use tonic::transport::Channel;
 
 /// The agent's NVMe/TCP port in claim tests.
@@ -323,14 +323,37 @@ impl ClaimBed {
         )
     }
 
-    /// The full dataset of the zvol with agent volume ID `<pool>/<name>`.
-    pub fn dataset_of(&self, agent_volume_id: &str) -> String {
-        let name = agent_volume_id.rsplit('/').next().unwrap_or_default();
-        format!("{}/{name}", self.parent.dataset())
-    }
-
-    /// The bed's work folder.
-    pub fn work(&self) -> &Path {
-        &self.lab.work
+    /// What runs and what was applied, one line each, for people.
+    pub fn describe(&self) -> Vec<String> {
+        let mut lines = vec![
+            format!(
+                "API server: {} (on the host; the controller uses ServiceAccount pillar-csi-controller with the chart's RBAC)",
+                self.server.dir().display()
+            ),
+            format!(
+                "agent: pillar-csi agent on {} over mTLS, PillarAgent {}: zvols under {}, thin LVs in {}/{}, NVMe/TCP on 127.0.0.1:{NVME_PORT}, iSCSI on 127.0.0.1:{ISCSI_PORT}",
+                self.agent.addr(),
+                self.agent_name,
+                self.parent.dataset(),
+                self.lab.vg,
+                self.lab.thin_pool
+            ),
+            format!(
+                "controller: pillar-csi controller on {}",
+                self.controller.socket.display()
+            ),
+            format!(
+                "node: pillar-csi node on {}, node ID {}",
+                self.plugin.socket.display(),
+                self.node_id
+            ),
+        ];
+        for c in [&self.zvol_nvme, &self.lv_iscsi, &self.zvol_iscsi] {
+            lines.push(format!(
+                "PillarStorageClass {} ({}) -> StorageClass {}",
+                c.name, c.fs_type, c.storage_class
+            ));
+        }
+        lines
     }
 }

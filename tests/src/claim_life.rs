@@ -6,14 +6,15 @@
 //! NodeUnstage), with the requests those components send. After each step
 //! it prints what the kernel and the API server show
 //! ([`crate::claim_witness`]) and asserts it: the `claim_` lab tests and
-//! the demo run this same code.
+//! the demo run this same code ([`crate::claim_cases`]).
 use crate::{
     block::pattern,
     claim_bed::{ClaimBed, Class},
+    claim_cases::Legacy,
     claim_witness::{self as witness, Export, Storage},
     csi::csi_pb as pb,
     node_bed::{connected_to, df_size, mounted},
-    run, Result,
+    Result,
 };
 use api::crd::VolumePhase;
 use api::tokens::Protocol;
@@ -26,17 +27,6 @@ pub const NAMESPACE: &str = "default";
 /// The prefix of the StorageClass parameters the external-provisioner
 /// keeps to itself (fsType, secrets), never passing them to CreateVolume.
 const RESERVED_PREFIX: &str = "csi.storage.k8s.io/";
-
-/// A zvol made before the claim, holding data, for an import.
-#[derive(Debug, Clone)]
-pub struct Legacy {
-    /// The zvol's full dataset name (the annotation's value).
-    pub dataset: String,
-    /// The file on its filesystem.
-    pub file: String,
-    /// The file's content.
-    pub data: Vec<u8>,
-}
 
 /// One claim: its class, size, and what happens to it.
 #[derive(Debug, Clone)]
@@ -68,30 +58,6 @@ impl Story {
     fn show(&self, what: &str) {
         println!("      {what}");
     }
-}
-
-/// Makes a zvol `name` of `bytes` under the bed's parent dataset, as an
-/// earlier driver would have left it: an ext4 filesystem holding a file.
-pub fn legacy_zvol(bed: &ClaimBed, name: &str, bytes: u64) -> Result<Legacy> {
-    let dataset = format!("{}/{name}", bed.parent.dataset());
-    run("zfs", &["create", "-V", &bytes.to_string(), &dataset])?;
-    let dev = Path::new("/dev/zvol").join(&dataset);
-    crate::block::wait_for(&dev, std::time::Duration::from_secs(60))?;
-    run("mkfs.ext4", &["-q", "-F", &dev.to_string_lossy()])?;
-    let dir = bed.path("legacy");
-    let mounted = crate::mount::Mounted::mount(&dev, dir.clone(), "rw")?;
-    let data = pattern(42, 256 << 10);
-    let file = "written-before-the-import";
-    let mut f = fs::File::create(dir.join(file))?;
-    f.write_all(&data)?;
-    f.sync_all()?;
-    drop(f);
-    mounted.unmount()?;
-    Ok(Legacy {
-        dataset,
-        file: file.to_owned(),
-        data,
-    })
 }
 
 fn capability(fs_type: &str) -> pb::VolumeCapability {
@@ -362,6 +328,7 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
 
     if let Some(grown) = claim.grown {
         let attached = Attached {
+            pv: &pv,
             handle: &handle,
             storage: &storage,
             staging: &staging,
@@ -455,6 +422,7 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
 
 /// A volume staged and published on the node.
 struct Attached<'a> {
+    pv: &'a str,
     handle: &'a str,
     storage: &'a Storage,
     staging: &'a Path,
@@ -488,8 +456,18 @@ async fn grow(bed: &ClaimBed, story: &mut Story, v: &Attached<'_>, grown: u64) -
         "answer: {} bytes, node expansion required: {}; kernel: {}, {size:?} bytes",
         reply.capacity_bytes, reply.node_expansion_required, v.storage
     ));
+    let record = witness::record(&bed.admin, v.pv).await?;
+    story.show(&format!(
+        "API: {}",
+        witness::describe_record(v.pv, record.as_ref())
+    ));
     assert!(reply.capacity_bytes as u64 >= grown, "{reply:?}");
     assert_eq!(size, Some(reply.capacity_bytes as u64));
+    assert_eq!(
+        record.map(|r| r.spec.capacity_bytes),
+        Some(reply.capacity_bytes as u64),
+        "the record holds the new capacity"
+    );
     assert!(
         reply.node_expansion_required,
         "a mounted filesystem grows on the node"
