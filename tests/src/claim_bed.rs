@@ -11,7 +11,7 @@ use crate::{
     agent::{AgentConfig, AgentProcess, ClientTls, ServerTls, ZfsParent},
     apiserver::ApiServer,
     csi::{dial, CsiProcess, NodePlugin},
-    tls::Ca,
+    tls::{Ca, Pem},
     Lab, Result,
 };
 use api::crd::*;
@@ -20,7 +20,7 @@ use kube::api::{Api, Patch, PatchParams};
 use pillar_csi_proto::csi::v1::{
     controller_client::ControllerClient, node_client::NodeClient, NodeGetInfoRequest,
 };
-use std::{ffi::OsString, time::Duration};
+use std::{ffi::OsString, path::Path, time::Duration};
 use tonic::transport::Channel;
 
 /// The agent's NVMe/TCP port in claim tests.
@@ -60,14 +60,8 @@ pub struct ClaimBed {
     pub plugin: NodePlugin,
     /// The node's CSI ID (from NodeGetInfo).
     pub node_id: String,
-    /// The PillarAgent's name.
-    pub agent_name: String,
-    /// zvol store, NVMe/TCP, ext4.
-    pub zvol_nvme: Class,
-    /// thin LV store, iSCSI, xfs.
-    pub lv_iscsi: Class,
-    /// zvol store, iSCSI, ext4.
-    pub zvol_iscsi: Class,
+    /// What the bed applied.
+    pub objects: Objects,
 }
 
 fn class(prefix: &str, what: &str, fs_type: &'static str) -> Class {
@@ -76,6 +70,13 @@ fn class(prefix: &str, what: &str, fs_type: &'static str) -> Class {
         storage_class: format!("pillar-{name}"),
         name,
         fs_type,
+    }
+}
+
+impl Objects {
+    /// The three classes.
+    pub fn classes(&self) -> [&Class; 3] {
+        [&self.zvol_nvme, &self.lv_iscsi, &self.zvol_iscsi]
     }
 }
 
@@ -97,6 +98,155 @@ where
         )
         .await?;
     Ok(())
+}
+
+/// Where the agent serves from: what the PillarStores name.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The agent's gRPC address.
+    pub agent: std::net::SocketAddr,
+    /// The zpool.
+    pub pool: String,
+    /// The zvols' parent dataset below the pool.
+    pub parent_dataset: String,
+    /// The volume group.
+    pub vg: String,
+    /// Its thin pool.
+    pub thin_pool: String,
+}
+
+/// The objects a cluster operator applies, named after a prefix.
+#[derive(Debug, Clone)]
+pub struct Objects {
+    /// The PillarAgent's name.
+    pub agent_name: String,
+    /// zvol store, NVMe/TCP, ext4.
+    pub zvol_nvme: Class,
+    /// thin LV store, iSCSI, xfs.
+    pub lv_iscsi: Class,
+    /// zvol store, iSCSI, ext4.
+    pub zvol_iscsi: Class,
+}
+
+/// Applies (server-side, as the admin) a PillarAgent for `layout.agent`, a
+/// zvol and a thin-LV PillarStore, an NVMe/TCP and an iSCSI PillarProtocol
+/// and three PillarStorageClasses, all named after `prefix`.
+pub async fn apply_objects(admin: &kube::Client, prefix: &str, layout: &Layout) -> Result<Objects> {
+    let agent_name = format!("{prefix}-storage");
+    let agent = PillarAgentSpec {
+        address: layout.agent.ip().to_string(),
+        port: layout.agent.port(),
+        tls_server_name: None,
+    };
+    apply(admin, &agent_name, &PillarAgent::new(&agent_name, agent)).await?;
+    let zvols = format!("{prefix}-zvols");
+    let lvs = format!("{prefix}-lvs");
+    let store = |backend| PillarStoreSpec {
+        agent_ref: agent_name.clone(),
+        backend,
+    };
+    let zfs = store(StoreBackend {
+        zfs: Some(ZfsBackend {
+            pool: layout.pool.clone(),
+            parent_dataset: Some(layout.parent_dataset.clone()),
+        }),
+        lvm: None,
+    });
+    apply(admin, &zvols, &PillarStore::new(&zvols, zfs)).await?;
+    let lvm = store(StoreBackend {
+        zfs: None,
+        lvm: Some(LvmBackend {
+            volume_group: layout.vg.clone(),
+            thin_pool: Some(layout.thin_pool.clone()),
+        }),
+    });
+    apply(admin, &lvs, &PillarStore::new(&lvs, lvm)).await?;
+    let nvme = format!("{prefix}-nvme");
+    let iscsi = format!("{prefix}-iscsi");
+    let protocol = |nvmeof_tcp, iscsi| PillarProtocolSpec {
+        protocol: ProtocolConfig { nvmeof_tcp, iscsi },
+    };
+    let spec = protocol(
+        Some(NvmeofTcpProtocol {
+            port: NVME_PORT,
+            acl: true,
+        }),
+        None,
+    );
+    apply(admin, &nvme, &PillarProtocol::new(&nvme, spec)).await?;
+    let spec = protocol(
+        None,
+        Some(IscsiProtocol {
+            port: ISCSI_PORT,
+            acl: true,
+        }),
+    );
+    apply(admin, &iscsi, &PillarProtocol::new(&iscsi, spec)).await?;
+
+    let objects = Objects {
+        agent_name,
+        zvol_nvme: class(prefix, "zvol-nvme", "ext4"),
+        lv_iscsi: class(prefix, "lv-iscsi", "xfs"),
+        zvol_iscsi: class(prefix, "zvol-iscsi", "ext4"),
+    };
+    for (c, store, protocol) in [
+        (&objects.zvol_nvme, &zvols, &nvme),
+        (&objects.lv_iscsi, &lvs, &iscsi),
+        (&objects.zvol_iscsi, &zvols, &iscsi),
+    ] {
+        let spec = PillarStorageClassSpec {
+            store_ref: store.clone(),
+            protocol_ref: protocol.clone(),
+            storage_class: StorageClassTemplate {
+                name: c.storage_class.clone(),
+                reclaim_policy: None,
+                volume_binding_mode: None,
+                allow_volume_expansion: None,
+            },
+            filesystem: Some(Filesystem {
+                fs_type: if c.fs_type == "xfs" {
+                    FsType::Xfs
+                } else {
+                    FsType::Ext4
+                },
+            }),
+        };
+        apply(admin, &c.name, &PillarStorageClass::new(&c.name, spec)).await?;
+    }
+    Ok(objects)
+}
+
+/// Starts `pillar-csi controller` as ServiceAccount `pillar-csi-controller`
+/// of `server` (its socket and log `<dir>/<prefix>.controller.*`),
+/// presenting `client` to agents whose certificates `ca` signed, with a
+/// 2 s reconcile interval (StorageClasses appear quickly).
+pub async fn start_controller(
+    server: &ApiServer,
+    dir: &Path,
+    prefix: &str,
+    ca: &Ca,
+    client: &Pem,
+) -> Result<CsiProcess> {
+    let args: Vec<OsString> = vec![
+        "controller".into(),
+        "--kubeconfig".into(),
+        server.kubeconfig_of("pillar-csi-controller").into(),
+        "--agent-tls-cert".into(),
+        client.cert.clone().into(),
+        "--agent-tls-key".into(),
+        client.key.clone().into(),
+        "--agent-tls-ca".into(),
+        ca.pem.cert.clone().into(),
+        "--reconcile-interval".into(),
+        "2s".into(),
+    ];
+    CsiProcess::start(
+        &args,
+        &dir.join(format!("{prefix}.controller.sock")),
+        &dir.join(format!("{prefix}.controller.log")),
+        &[("RUST_LOG", "info")],
+    )
+    .await
 }
 
 impl ClaimBed {
@@ -136,113 +286,15 @@ impl ClaimBed {
             },
         ));
         let agent = AgentProcess::start(config).await?;
-
-        let agent_name = format!("{prefix}-storage");
-        apply(
-            &admin,
-            &agent_name,
-            &PillarAgent::new(
-                &agent_name,
-                PillarAgentSpec {
-                    address: agent.addr().ip().to_string(),
-                    port: agent.addr().port(),
-                    tls_server_name: None,
-                },
-            ),
-        )
-        .await?;
-        let zvols = format!("{prefix}-zvols");
-        let lvs = format!("{prefix}-lvs");
-        let store = |backend| PillarStoreSpec {
-            agent_ref: agent_name.clone(),
-            backend,
+        let layout = Layout {
+            agent: agent.addr(),
+            pool: parent.pool.clone(),
+            parent_dataset: parent.name.clone(),
+            vg: lab.vg.clone(),
+            thin_pool: lab.thin_pool.clone(),
         };
-        let zfs = store(StoreBackend {
-            zfs: Some(ZfsBackend {
-                pool: parent.pool.clone(),
-                parent_dataset: Some(parent.name.clone()),
-            }),
-            lvm: None,
-        });
-        apply(&admin, &zvols, &PillarStore::new(&zvols, zfs)).await?;
-        let lvm = store(StoreBackend {
-            zfs: None,
-            lvm: Some(LvmBackend {
-                volume_group: lab.vg.clone(),
-                thin_pool: Some(lab.thin_pool.clone()),
-            }),
-        });
-        apply(&admin, &lvs, &PillarStore::new(&lvs, lvm)).await?;
-        let nvme = format!("{prefix}-nvme");
-        let iscsi = format!("{prefix}-iscsi");
-        let protocol = |nvmeof_tcp, iscsi| PillarProtocolSpec {
-            protocol: ProtocolConfig { nvmeof_tcp, iscsi },
-        };
-        let spec = protocol(
-            Some(NvmeofTcpProtocol {
-                port: NVME_PORT,
-                acl: true,
-            }),
-            None,
-        );
-        apply(&admin, &nvme, &PillarProtocol::new(&nvme, spec)).await?;
-        let spec = protocol(
-            None,
-            Some(IscsiProtocol {
-                port: ISCSI_PORT,
-                acl: true,
-            }),
-        );
-        apply(&admin, &iscsi, &PillarProtocol::new(&iscsi, spec)).await?;
-
-        let zvol_nvme = class(prefix, "zvol-nvme", "ext4");
-        let lv_iscsi = class(prefix, "lv-iscsi", "xfs");
-        let zvol_iscsi = class(prefix, "zvol-iscsi", "ext4");
-        for (c, store, protocol) in [
-            (&zvol_nvme, &zvols, &nvme),
-            (&lv_iscsi, &lvs, &iscsi),
-            (&zvol_iscsi, &zvols, &iscsi),
-        ] {
-            let spec = PillarStorageClassSpec {
-                store_ref: store.clone(),
-                protocol_ref: protocol.clone(),
-                storage_class: StorageClassTemplate {
-                    name: c.storage_class.clone(),
-                    reclaim_policy: None,
-                    volume_binding_mode: None,
-                    allow_volume_expansion: None,
-                },
-                filesystem: Some(Filesystem {
-                    fs_type: if c.fs_type == "xfs" {
-                        FsType::Xfs
-                    } else {
-                        FsType::Ext4
-                    },
-                }),
-            };
-            apply(&admin, &c.name, &PillarStorageClass::new(&c.name, spec)).await?;
-        }
-
-        let args: Vec<OsString> = vec![
-            "controller".into(),
-            "--kubeconfig".into(),
-            server.kubeconfig_of("pillar-csi-controller").into(),
-            "--agent-tls-cert".into(),
-            controller_pem.cert.into(),
-            "--agent-tls-key".into(),
-            controller_pem.key.into(),
-            "--agent-tls-ca".into(),
-            ca.pem.cert.clone().into(),
-            "--reconcile-interval".into(),
-            "2s".into(),
-        ];
-        let controller = CsiProcess::start(
-            &args,
-            &lab.work.join(format!("{prefix}.controller.sock")),
-            &lab.work.join(format!("{prefix}.controller.log")),
-            &[("RUST_LOG", "info")],
-        )
-        .await?;
+        let objects = apply_objects(&admin, prefix, &layout).await?;
+        let controller = start_controller(&server, &lab.work, prefix, &ca, &controller_pem).await?;
         let plugin = NodePlugin::start(&lab, &format!("{prefix}-node")).await?;
         let node_id = plugin
             .node()
@@ -260,12 +312,9 @@ impl ClaimBed {
             controller,
             plugin,
             node_id,
-            agent_name,
-            zvol_nvme,
-            lv_iscsi,
-            zvol_iscsi,
+            objects,
         };
-        for c in [&bed.zvol_nvme, &bed.lv_iscsi, &bed.zvol_iscsi] {
+        for c in bed.objects.classes() {
             bed.storage_class(c).await?;
         }
         Ok(bed)
@@ -333,7 +382,7 @@ impl ClaimBed {
             format!(
                 "agent: pillar-csi agent on {} over mTLS, PillarAgent {}: zvols under {}, thin LVs in {}/{}, NVMe/TCP on 127.0.0.1:{NVME_PORT}, iSCSI on 127.0.0.1:{ISCSI_PORT}",
                 self.agent.addr(),
-                self.agent_name,
+                self.objects.agent_name,
                 self.parent.dataset(),
                 self.lab.vg,
                 self.lab.thin_pool
@@ -348,7 +397,7 @@ impl ClaimBed {
                 self.node_id
             ),
         ];
-        for c in [&self.zvol_nvme, &self.lv_iscsi, &self.zvol_iscsi] {
+        for c in self.objects.classes() {
             lines.push(format!(
                 "PillarStorageClass {} ({}) -> StorageClass {}",
                 c.name, c.fs_type, c.storage_class

@@ -31,7 +31,7 @@ pub async fn every_case(bed: &ClaimBed) -> Result<()> {
         bed,
         &Claim {
             name: "zvol-nvme".into(),
-            class: bed.zvol_nvme.clone(),
+            class: bed.objects.zvol_nvme.clone(),
             bytes: 64 << 20,
             grown: Some(128 << 20),
             import: None,
@@ -43,7 +43,7 @@ pub async fn every_case(bed: &ClaimBed) -> Result<()> {
         bed,
         &Claim {
             name: "lv-iscsi".into(),
-            class: bed.lv_iscsi.clone(),
+            class: bed.objects.lv_iscsi.clone(),
             bytes: 320 << 20,
             grown: Some(400 << 20),
             import: None,
@@ -62,7 +62,7 @@ pub async fn every_case(bed: &ClaimBed) -> Result<()> {
         bed,
         &Claim {
             name: "imported".into(),
-            class: bed.zvol_iscsi.clone(),
+            class: bed.objects.zvol_iscsi.clone(),
             bytes: 64 << 20,
             grown: None,
             import: Some(legacy),
