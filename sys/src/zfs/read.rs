@@ -1,0 +1,191 @@
+//! Reading and changing what exists: dataset info, properties, volume
+//! size, listings and pool capacity.
+use super::*;
+
+impl Zfs {
+    /// A dataset's type, sizes, guid and user properties, in one open.
+    pub fn get(&self, name: &DatasetName) -> Result<DatasetInfo, Error> {
+        let ds = name.as_str();
+        self.with_open(ds, ffi::TYPE_DATASET, "get", |_, d| {
+            let kind = DatasetType::from_raw(d.kind());
+            let vol = |p| {
+                (kind == DatasetType::Volume)
+                    .then(|| d.prop_u64(p))
+                    .flatten()
+            };
+            Ok(DatasetInfo {
+                name: ds.to_owned(),
+                kind,
+                volsize: vol(Prop::VOLSIZE),
+                volblocksize: vol(Prop::VOLBLOCKSIZE),
+                refreservation: d.prop_u64(Prop::REFRESERVATION),
+                used: d.prop_u64(Prop::USED),
+                guid: d.prop_u64(Prop::GUID),
+                origin: d
+                    .prop_string(Prop::ORIGIN)
+                    .filter(|o| !o.is_empty() && o != "-"),
+                user_properties: d.user_props().into_iter().collect(),
+            })
+        })
+    }
+
+    /// A dataset's type.
+    pub fn dataset_type(&self, name: &DatasetName) -> Result<DatasetType, Error> {
+        let ds = name.as_str();
+        self.with_open(ds, ffi::TYPE_DATASET, "get type of", |_, d| {
+            Ok(DatasetType::from_raw(d.kind()))
+        })
+    }
+
+    /// A volume's `volsize` in bytes; a filesystem is [`Error::WrongType`].
+    pub fn volsize(&self, name: &DatasetName) -> Result<u64, Error> {
+        let ds = name.as_str();
+        self.with_open(ds, ffi::TYPE_DATASET, "get volsize of", |_, d| {
+            let kind = DatasetType::from_raw(d.kind());
+            if kind != DatasetType::Volume {
+                return Err(wrong_type(ds, kind));
+            }
+            d.prop_u64(Prop::VOLSIZE).ok_or_else(|| Error::Libzfs {
+                dataset: ds.to_owned(),
+                op: "get volsize of",
+                code: 0,
+                message: "no volsize".into(),
+            })
+        })
+    }
+
+    /// One property as `zfs get -Hp -o value` prints it (native, literal
+    /// numbers) or a user property's value; `None` for an unset user
+    /// property or a property that does not apply.
+    pub fn property(&self, name: &DatasetName, property: &str) -> Result<Option<String>, Error> {
+        let ds = name.as_str();
+        let c_prop = cstring(property).map_err(|_| Error::InvalidProperty {
+            dataset: ds.to_owned(),
+            property: property.to_owned(),
+            why: "contains NUL".into(),
+        })?;
+        self.with_open(ds, ffi::TYPE_DATASET, "get property of", |lib, d| match lib
+            .prop_by_name(&c_prop)
+        {
+            Some(p) => Ok(d.prop_string(p)),
+            None if property.contains(':') => Ok(d
+                .user_props()
+                .into_iter()
+                .find_map(|(k, v)| (k == property).then_some(v))),
+            None => Err(Error::InvalidProperty {
+                dataset: ds.to_owned(),
+                property: property.to_owned(),
+                why: "no such property".into(),
+            }),
+        })
+    }
+
+    /// Sets a property as `zfs set name=value` would (libzfs translates the
+    /// value); `volsize` goes through [`Zfs::set_volsize`].
+    pub fn set_property(
+        &self,
+        name: &DatasetName,
+        property: &str,
+        value: &str,
+    ) -> Result<(), Error> {
+        let ds = name.as_str();
+        if property == "volsize" {
+            return Err(Error::InvalidProperty {
+                dataset: ds.to_owned(),
+                property: property.to_owned(),
+                why: "use set_volsize, which refuses to shrink".into(),
+            });
+        }
+        let invalid = |why: &str| Error::InvalidProperty {
+            dataset: ds.to_owned(),
+            property: property.to_owned(),
+            why: why.to_owned(),
+        };
+        let c_prop = cstring(property).map_err(|_| invalid("contains NUL"))?;
+        let c_value = cstring(value).map_err(|_| invalid("value contains NUL"))?;
+        self.with_open(ds, ffi::TYPE_DATASET, "set property of", |lib, d| {
+            d.set_prop(lib, &c_prop, &c_value)
+                .map_err(|e| libzfs(ds, "set property of", e))
+        })
+    }
+
+    /// Grows a volume to `new_size` bytes (a multiple of its block size).
+    /// The same size is a no-op; a smaller one is [`Error::Shrink`]. A thick
+    /// volume's reservation grows with it, as `zfs set volsize` does.
+    pub fn set_volsize(&self, name: &DatasetName, new_size: u64) -> Result<(), Error> {
+        let ds = name.as_str();
+        self.with_open(ds, ffi::TYPE_DATASET, "resize", |lib, d| {
+            let kind = DatasetType::from_raw(d.kind());
+            if kind != DatasetType::Volume {
+                return Err(wrong_type(ds, kind));
+            }
+            let current = d.prop_u64(Prop::VOLSIZE).unwrap_or(0);
+            if new_size < current {
+                return Err(Error::Shrink {
+                    dataset: ds.to_owned(),
+                    current,
+                    requested: new_size,
+                });
+            }
+            if new_size == current {
+                return Ok(());
+            }
+            let bs = d.prop_u64(Prop::VOLBLOCKSIZE).unwrap_or(1);
+            check_volume_size(ds, new_size, Some(bs), bs)?;
+            let value = c_string(ds, &new_size.to_string())?;
+            d.set_prop(lib, c"volsize", &value)
+                .map_err(|e| libzfs(ds, "resize", e))
+        })
+    }
+
+    /// The volumes exactly one level below `parent` (not deeper, no
+    /// filesystems), sorted by name. ZFS also allows a space in names; a
+    /// volume whose name breaks [`check_dataset_name`] is left out, as
+    /// nothing here can manage it.
+    pub fn list_zvols(&self, parent: &DatasetName) -> Result<Vec<DatasetName>, Error> {
+        let ds = parent.as_str();
+        self.with_open(ds, ffi::TYPE_DATASET, "list", |_, d| {
+            let mut out: Vec<DatasetName> = d
+                .children()
+                .map_err(|e| kernel(ds, "list", e))?
+                .into_iter()
+                .filter(|(_, t)| *t == ffi::TYPE_VOLUME)
+                .filter_map(|(child, _)| DatasetName::new(&child).ok())
+                .collect();
+            out.sort();
+            Ok(out)
+        })
+    }
+
+    /// The snapshots of a dataset, sorted by name (those whose names break
+    /// the naming rules left out; [`Zfs::destroy`] still names them all).
+    pub fn snapshots(&self, name: &DatasetName) -> Result<Vec<SnapshotName>, Error> {
+        let ds = name.as_str();
+        self.with_open(ds, ffi::TYPE_DATASET, "list snapshots of", |_, d| {
+            let mut out: Vec<SnapshotName> = d
+                .snapshots()
+                .map_err(|e| kernel(ds, "list snapshots of", e))?
+                .iter()
+                .filter_map(|s| SnapshotName::new(s).ok())
+                .collect();
+            out.sort();
+            Ok(out)
+        })
+    }
+
+    /// A pool's size, free and allocated bytes.
+    pub fn pool_capacity(&self, pool: &str) -> Result<PoolCapacity, Error> {
+        let lib = self.lib();
+        let p = lib
+            .open_pool(&c_string(pool, pool)?)
+            .map_err(|_| Error::PoolNotFound {
+                pool: pool.to_owned(),
+                dataset: pool.to_owned(),
+            })?;
+        Ok(PoolCapacity {
+            size: p.prop_u64(PoolProp::Size),
+            free: p.prop_u64(PoolProp::Free),
+            allocated: p.prop_u64(PoolProp::Allocated),
+        })
+    }
+}
