@@ -99,8 +99,10 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
         ),
     );
     story.show(&format!(
-        "API: provisioner {}, parameters {params:?}, allowVolumeExpansion {:?}",
-        sc.provisioner, sc.allow_volume_expansion
+        "API: provisioner {}, parameters {params:?}, allowVolumeExpansion {}",
+        sc.provisioner,
+        sc.allow_volume_expansion
+            .map_or_else(|| "unset".to_owned(), |b| b.to_string())
     ));
     assert_eq!(sc.provisioner, "pillar-csi.bhyoo.com");
     assert_eq!(
@@ -177,7 +179,7 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
         &format!("CreateVolume {pv}: volume {handle}, {} MiB", capacity >> 20),
     );
     let size = storage.size()?;
-    story.show(&format!("kernel: {storage}, {size:?} bytes"));
+    story.show(&format!("kernel: {storage}, {}", bytes(size)));
     let record = witness::record(admin, &pv).await?;
     story.show(&format!(
         "API: {}",
@@ -453,8 +455,11 @@ async fn grow(bed: &ClaimBed, story: &mut Story, v: &Attached<'_>, grown: u64) -
     );
     let size = v.storage.size()?;
     story.show(&format!(
-        "answer: {} bytes, node expansion required: {}; kernel: {}, {size:?} bytes",
-        reply.capacity_bytes, reply.node_expansion_required, v.storage
+        "answer: {} bytes, node expansion required: {}; kernel: {}, {}",
+        reply.capacity_bytes,
+        reply.node_expansion_required,
+        v.storage,
+        bytes(size)
     ));
     let record = witness::record(&bed.admin, v.pv).await?;
     story.show(&format!(
@@ -499,4 +504,9 @@ async fn grow(bed: &ClaimBed, story: &mut Story, v: &Attached<'_>, grown: u64) -
         v.bytes
     );
     Ok(())
+}
+
+/// A size the kernel reports, or that it reports none.
+fn bytes(size: Option<u64>) -> String {
+    size.map_or_else(|| "no size".to_owned(), |b| format!("{b} bytes"))
 }
