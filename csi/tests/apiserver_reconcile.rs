@@ -4,6 +4,7 @@
 //! started again on the same port where a test needs it down).
 use api::crd::*;
 use csi::controller::agents::{AgentTls, Agents};
+use csi::controller::reservations::name_for;
 use csi::controller::Controller;
 use csi::metrics::Metrics;
 use csi::node_id::NodeId;
@@ -730,8 +731,9 @@ async fn the_reaper_forgets_abandoned_claims_and_keeps_what_the_spec_keeps() -> 
             &import_record("pvc-import", &import_uid, "legacy"),
         )
         .await?;
+    let reservation_name = name_for("storage-1", "tank/legacy");
     let reservation = PillarVolumeReservation::new(
-        "storage-1.tank-legacy",
+        &reservation_name,
         PillarVolumeReservationSpec {
             claim_ref: ClaimRef {
                 uid: import_uid.clone(),
@@ -832,7 +834,7 @@ async fn the_reaper_forgets_abandoned_claims_and_keeps_what_the_spec_keeps() -> 
         assert!(message.contains("the reaper retries"), "{message}");
     }
     assert!(Api::<PillarVolumeReservation>::all(bed.client.clone())
-        .get_opt("storage-1.tank-legacy")
+        .get_opt(&reservation_name)
         .await?
         .is_some());
     assert_eq!(destroyed(&bed)?, 0);
@@ -844,7 +846,7 @@ async fn the_reaper_forgets_abandoned_claims_and_keeps_what_the_spec_keeps() -> 
     assert!(record(&bed, &created).await?.is_none());
     assert!(record(&bed, "pvc-import").await?.is_none());
     assert!(Api::<PillarVolumeReservation>::all(bed.client.clone())
-        .get_opt("storage-1.tank-legacy")
+        .get_opt(&reservation_name)
         .await?
         .is_none());
     assert_eq!(destroyed(&bed)?, 1, "only the created volume is destroyed");

@@ -25,15 +25,17 @@
 //!    and removes exports but never destroys, resizes or formats; a volume
 //!    the controller created for the claim gets DeleteVolume (it was never
 //!    Ready, so never published: it holds no data of the claim).
-//! 3. The claim's PillarVolumeReservations (`spec.ownerVolume` = the
-//!    record) are deleted, then the record.
+//! 3. The claim's PillarVolumeReservation (the one of its agent and
+//!    volume ID whose `spec.ownerVolume` is the record) is deleted, then
+//!    the record.
 //!
 //! An agent that cannot be reached, or refuses, leaves everything in place
 //! for the next pass (the reason goes to the record's `status.message`).
 use super::Reconcilers;
 use crate::controller::error::Error;
 use crate::controller::recovery;
-use api::crd::{PillarAgent, PillarVolumeReservation, PillarVolumeState, VolumePhase};
+use crate::controller::reservations::Reservations;
+use api::crd::{PillarAgent, PillarVolumeState, VolumePhase};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
@@ -163,26 +165,9 @@ impl Reconcilers {
             let import = record.spec.imported_from.is_some() || record.spec.lvm_source.is_some();
             client.end_lifecycle(record, import).await?;
         }
-        let reservations = Api::<PillarVolumeReservation>::all(self.client.clone());
-        let owned = reservations
-            .list(&ListParams::default())
-            .await
-            .map_err(Error::kube("list PillarVolumeReservations"))?;
-        for r in owned.items.iter().filter(|r| r.spec.owner_volume == name) {
-            match reservations
-                .delete(&r.name_any(), &DeleteParams::default())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => {
-                    return Err(Error::kube(format!(
-                        "delete PillarVolumeReservation {:?}",
-                        r.name_any()
-                    ))(e))
-                }
-            }
-        }
+        Reservations::new(self.client.clone())
+            .release_for(record)
+            .await?;
         // Only this very record: one re-created under the name meanwhile
         // is another volume's.
         let dp = DeleteParams {
