@@ -4,7 +4,7 @@
 //! NVMe/TCP exporter). The kernel adds nothing to the controller's
 //! bookkeeping; the kernel path is the agent's lab tests.
 use api::crd::*;
-use csi::controller::agents::{AgentTls, Agents};
+use csi::controller::agents::Agents;
 use csi::controller::Controller;
 use csi::node_id::NodeId;
 use csi::publish_context::PublishContext;
@@ -13,18 +13,18 @@ use kube::api::{Api, ListParams, PostParams};
 use pillar_csi_agent::grpc::AgentGrpc;
 use pillar_csi_agent::service::sim;
 use pillar_csi_lab::apiserver::ApiServer;
-use pillar_csi_lab::tls::Ca;
-use pillar_csi_proto::agent::v1::agent_service_server::AgentServiceServer;
 use pillar_csi_proto::csi::v1 as pb;
 use pillar_csi_proto::csi::v1::controller_server::Controller as _;
 use pillar_csi_proto::csi::v1::volume_capability::{
     access_mode::Mode, AccessMode, AccessType, MountVolume,
 };
 use std::collections::HashMap;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Code, Request};
 
-type Result<T = ()> = pillar_csi_lab::Result<T>;
+mod common;
+
+use common::parts::*;
+use common::Result;
 
 const NQN_A: &str = "nqn.2014-08.org.nvmexpress:uuid:0f6a8e4c-2b1d-4c55-9a4e-6c1f0e5d7a21";
 const NQN_B: &str = "nqn.2014-08.org.nvmexpress:uuid:1f6a8e4c-2b1d-4c55-9a4e-6c1f0e5d7a22";
@@ -37,113 +37,31 @@ struct Bed {
     client: kube::Client,
     fixture: sim::Fixture,
     controller: Controller,
-    _certs: tempfile::TempDir,
-    _agent: tokio::task::JoinHandle<()>,
+    _certs: Certs,
+    _agent: AgentServer,
 }
 
 async fn bed() -> Result<Bed> {
     let server = ApiServer::start()?;
     server.install_chart_crds().await?;
     let client = server.client().await?;
-
-    let certs = tempfile::tempdir()?;
-    let ca = Ca::new(certs.path(), "pillar-test-ca")?;
-    let agent_pem = ca.server("agent", "127.0.0.1".parse()?)?;
-    let controller_pem = ca.client("pillar-csi-controller")?;
+    let certs = Certs::new()?;
     let fixture = sim::fixture();
-    let tls = ServerTlsConfig::new()
-        .identity(Identity::from_pem(
-            std::fs::read(&agent_pem.cert)?,
-            std::fs::read(&agent_pem.key)?,
-        ))
-        .client_ca_root(Certificate::from_pem(std::fs::read(&ca.pem.cert)?));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
-    let service = AgentServiceServer::new(AgentGrpc::new(fixture.agent.clone(), "sim"));
-    let router = Server::builder().tls_config(tls)?.add_service(service);
-    let agent_task = tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        if let Err(e) = router.serve_with_incoming(incoming).await {
-            eprintln!("simulated agent stopped: {e}");
-        }
-    });
-
-    let pp = PostParams::default();
-    Api::<PillarAgent>::all(client.clone())
-        .create(
-            &pp,
-            &PillarAgent::new(
-                "storage-1",
-                PillarAgentSpec {
-                    address: "127.0.0.1".into(),
-                    port,
-                    tls_server_name: None,
-                },
-            ),
-        )
-        .await?;
-    Api::<PillarStore>::all(client.clone())
-        .create(
-            &pp,
-            &PillarStore::new(
-                "storage-1-hot",
-                PillarStoreSpec {
-                    agent_ref: "storage-1".into(),
-                    backend: StoreBackend {
-                        zfs: Some(ZfsBackend {
-                            pool: "tank".into(),
-                            parent_dataset: Some("k8s".into()),
-                        }),
-                        lvm: None,
-                    },
-                },
-            ),
-        )
-        .await?;
-    Api::<PillarProtocol>::all(client.clone())
-        .create(
-            &pp,
-            &PillarProtocol::new(
-                "nvmeof-default",
-                PillarProtocolSpec {
-                    protocol: ProtocolConfig {
-                        nvmeof_tcp: Some(NvmeofTcpProtocol {
-                            port: 4420,
-                            acl: true,
-                        }),
-                        iscsi: None,
-                    },
-                },
-            ),
-        )
-        .await?;
-    Api::<PillarStorageClass>::all(client.clone())
-        .create(
-            &pp,
-            &PillarStorageClass::new(
-                "hot",
-                PillarStorageClassSpec {
-                    store_ref: "storage-1-hot".into(),
-                    protocol_ref: "nvmeof-default".into(),
-                    storage_class: StorageClassTemplate {
-                        name: "pillar-hot".into(),
-                        reclaim_policy: None,
-                        volume_binding_mode: None,
-                        allow_volume_expansion: None,
-                    },
-                    filesystem: Some(Filesystem {
-                        fs_type: FsType::Xfs,
-                    }),
-                },
-            ),
-        )
-        .await?;
-    let agents = Agents::new(Some(&AgentTls {
-        cert: controller_pem.cert.clone(),
-        key: controller_pem.key.clone(),
-        ca: ca.pem.cert.clone(),
-        server_name: None,
-    }))?;
+    let service = AgentGrpc::new(fixture.agent.clone(), "sim");
+    let (port, agent) = serve_agent(&certs.agent_server_tls()?, service, 0).await?;
+    create_agent(&client, port).await?;
+    create_objects(
+        &client,
+        &[zfs_store()],
+        &[class(
+            "hot",
+            "storage-1-hot",
+            "pillar-hot",
+            Some(FsType::Xfs),
+        )],
+    )
+    .await?;
+    let agents = Agents::new(Some(&certs.controller_tls()))?;
     // The controller runs as its ServiceAccount with the chart's rules only.
     let controller = Controller::new(server.controller_client().await?, agents);
     Ok(Bed {
@@ -152,7 +70,7 @@ async fn bed() -> Result<Bed> {
         fixture,
         controller,
         _certs: certs,
-        _agent: agent_task,
+        _agent: agent,
     })
 }
 

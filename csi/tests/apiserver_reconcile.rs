@@ -19,9 +19,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use pillar_csi_agent::grpc::AgentGrpc;
 use pillar_csi_agent::service::sim;
 use pillar_csi_lab::apiserver::ApiServer;
-use pillar_csi_lab::tls::Ca;
 use pillar_csi_proto::agent::v1 as agent_pb;
-use pillar_csi_proto::agent::v1::agent_service_server::AgentServiceServer;
 use pillar_csi_proto::csi::v1 as pb;
 use pillar_csi_proto::csi::v1::controller_server::Controller as _;
 use pillar_csi_proto::csi::v1::volume_capability::{
@@ -31,21 +29,17 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{oneshot, watch};
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tokio::sync::watch;
+use tonic::transport::ServerTlsConfig;
 use tonic::Request;
 
-type Result<T = ()> = pillar_csi_lab::Result<T>;
+mod common;
+
+use common::parts::*;
+use common::Result;
 
 const NQN_A: &str = "nqn.2014-08.org.nvmexpress:uuid:0f6a8e4c-2b1d-4c55-9a4e-6c1f0e5d7a21";
 const IQN: &str = "iqn.1993-08.org.debian:01:5e2f9a1b7c3d";
-
-/// The simulated agent's gRPC server: stopped (gracefully, so its
-/// connections end) when `stop` fires.
-struct AgentServer {
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
 
 struct Bed {
     server: ApiServer,
@@ -58,57 +52,20 @@ struct Bed {
     /// The controller's ServiceAccount, bound to exactly the chart's rules.
     sa: kube::Client,
     controller: Controller,
-    _certs: tempfile::TempDir,
-}
-
-async fn serve_agent(
-    bed_tls: &ServerTlsConfig,
-    fixture: &sim::Fixture,
-    port: u16,
-) -> Result<(u16, AgentServer)> {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    let port = listener.local_addr()?.port();
-    let service = AgentServiceServer::new(AgentGrpc::new(fixture.agent.clone(), "sim"));
-    let router = Server::builder()
-        .tls_config(bed_tls.clone())?
-        .add_service(service);
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        let shutdown = async {
-            let _ = stopped.await;
-        };
-        if let Err(e) = router
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await
-        {
-            eprintln!("simulated agent stopped: {e}");
-        }
-    });
-    Ok((
-        port,
-        AgentServer {
-            stop: Some(stop),
-            task,
-        },
-    ))
+    _certs: Certs,
 }
 
 impl Bed {
     async fn stop_agent(&mut self) -> Result {
-        if let Some(mut s) = self.agent_server.take() {
-            if let Some(stop) = s.stop.take() {
-                let _ = stop.send(());
-            }
-            tokio::time::timeout(Duration::from_secs(20), s.task)
-                .await
-                .map_err(|_| "the simulated agent did not stop within 20 s")??;
+        if let Some(server) = self.agent_server.take() {
+            server.stop().await?;
         }
         Ok(())
     }
 
     async fn start_agent(&mut self) -> Result {
-        let (_, server) = serve_agent(&self.tls, &self.fixture, self.port).await?;
+        let service = AgentGrpc::new(self.fixture.agent.clone(), "sim");
+        let (_, server) = serve_agent(&self.tls, service, self.port).await?;
         self.agent_server = Some(server);
         Ok(())
     }
@@ -130,77 +87,14 @@ async fn bed() -> Result<Bed> {
     server.install_chart_crds().await?;
     let client = server.client().await?;
 
-    let certs = tempfile::tempdir()?;
-    let ca = Ca::new(certs.path(), "pillar-test-ca")?;
-    let agent_pem = ca.server("agent", "127.0.0.1".parse()?)?;
-    let controller_pem = ca.client("pillar-csi-controller")?;
+    let certs = Certs::new()?;
     let fixture = sim::fixture();
-    let tls = ServerTlsConfig::new()
-        .identity(Identity::from_pem(
-            std::fs::read(&agent_pem.cert)?,
-            std::fs::read(&agent_pem.key)?,
-        ))
-        .client_ca_root(Certificate::from_pem(std::fs::read(&ca.pem.cert)?));
-    let (port, agent_server) = serve_agent(&tls, &fixture, 0).await?;
-
-    let pp = PostParams::default();
-    Api::<PillarAgent>::all(client.clone())
-        .create(
-            &pp,
-            &PillarAgent::new(
-                "storage-1",
-                PillarAgentSpec {
-                    address: "127.0.0.1".into(),
-                    port,
-                    tls_server_name: None,
-                },
-            ),
-        )
-        .await?;
-    Api::<PillarStore>::all(client.clone())
-        .create(
-            &pp,
-            &PillarStore::new(
-                "storage-1-hot",
-                PillarStoreSpec {
-                    agent_ref: "storage-1".into(),
-                    backend: StoreBackend {
-                        zfs: Some(ZfsBackend {
-                            pool: "tank".into(),
-                            parent_dataset: Some("k8s".into()),
-                        }),
-                        lvm: None,
-                    },
-                },
-            ),
-        )
-        .await?;
-    Api::<PillarProtocol>::all(client.clone())
-        .create(
-            &pp,
-            &PillarProtocol::new(
-                "nvmeof-default",
-                PillarProtocolSpec {
-                    protocol: ProtocolConfig {
-                        nvmeof_tcp: Some(NvmeofTcpProtocol {
-                            port: 4420,
-                            acl: true,
-                        }),
-                        iscsi: None,
-                    },
-                },
-            ),
-        )
-        .await?;
-    Api::<PillarStorageClass>::all(client.clone())
-        .create(&pp, &class("hot", "pillar-hot"))
-        .await?;
-    let agent_tls = AgentTls {
-        cert: controller_pem.cert.clone(),
-        key: controller_pem.key.clone(),
-        ca: ca.pem.cert.clone(),
-        server_name: None,
-    };
+    let tls = certs.agent_server_tls()?;
+    let service = AgentGrpc::new(fixture.agent.clone(), "sim");
+    let (port, agent_server) = serve_agent(&tls, service, 0).await?;
+    create_agent(&client, port).await?;
+    create_objects(&client, &[zfs_store()], &[hot_class("hot", "pillar-hot")]).await?;
+    let agent_tls = certs.controller_tls();
     let sa = server.controller_client().await?;
     let controller = Controller::new(sa.clone(), Agents::new(Some(&agent_tls))?);
     Ok(Bed {
@@ -217,23 +111,9 @@ async fn bed() -> Result<Bed> {
     })
 }
 
-fn class(name: &str, storage_class: &str) -> PillarStorageClass {
-    PillarStorageClass::new(
-        name,
-        PillarStorageClassSpec {
-            store_ref: "storage-1-hot".into(),
-            protocol_ref: "nvmeof-default".into(),
-            storage_class: StorageClassTemplate {
-                name: storage_class.into(),
-                reclaim_policy: None,
-                volume_binding_mode: None,
-                allow_volume_expansion: None,
-            },
-            filesystem: Some(Filesystem {
-                fs_type: FsType::Xfs,
-            }),
-        },
-    )
+/// A class of the store `storage-1-hot` (xfs) generating `storage_class`.
+fn hot_class(name: &str, storage_class: &str) -> PillarStorageClass {
+    class(name, "storage-1-hot", storage_class, Some(FsType::Xfs))
 }
 
 fn mount_cap() -> pb::VolumeCapability {
@@ -462,7 +342,7 @@ async fn a_pillar_storage_class_generates_and_owns_its_storage_class() -> Result
     }))?;
     let foreign = scs.create(&PostParams::default(), &foreign).await?;
     classes
-        .create(&PostParams::default(), &class("cold", "fast"))
+        .create(&PostParams::default(), &hot_class("cold", "fast"))
         .await?;
     assert_eq!(r.storage_classes().await, 0);
     let after = scs.get("fast").await?;
@@ -487,7 +367,7 @@ async fn a_pillar_storage_class_generates_and_owns_its_storage_class() -> Result
     );
     // Nor is one another PillarStorageClass owns.
     classes
-        .create(&PostParams::default(), &class("hot-twin", "pillar-hot"))
+        .create(&PostParams::default(), &hot_class("hot-twin", "pillar-hot"))
         .await?;
     assert_eq!(r.storage_classes().await, 0);
     assert_eq!(

@@ -11,7 +11,7 @@ use api::annotations::{IMPORT_LV_ANNOTATION, RECOVERY_SNAPSHOT_ANNOTATION};
 use api::crd::*;
 use api::tokens::{Backend, Protocol};
 use base64::{engine::general_purpose::STANDARD, Engine};
-use csi::controller::agents::{AgentTls, Agents};
+use csi::controller::agents::Agents;
 use csi::controller::recovery::{authorization_digest, is_pending, snapshot_digest};
 use csi::controller::Controller;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
@@ -19,18 +19,19 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use pillar_csi_agent::grpc::AgentGrpc;
 use pillar_csi_agent::service::sim;
 use pillar_csi_lab::apiserver::ApiServer;
-use pillar_csi_lab::tls::Ca;
 use pillar_csi_proto::agent::v1 as agent;
-use pillar_csi_proto::agent::v1::agent_service_server::AgentServiceServer;
 use pillar_csi_proto::csi::v1 as pb;
 use pillar_csi_proto::csi::v1::controller_server::Controller as _;
 use pillar_csi_proto::csi::v1::volume_capability::{access_mode::Mode, AccessMode, AccessType};
 use prost::Message;
 use std::collections::HashMap;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::{Certificate, Identity};
 use tonic::{Code, Request};
 
-type Result<T = ()> = pillar_csi_lab::Result<T>;
+mod common;
+
+use common::parts::*;
+use common::Result;
 
 const HANDLE: &str = "storage-1/nvmeof-tcp/lvm-lv/data-vg/legacy";
 const OLD: &str = "uid-of-the-lost-record";
@@ -41,9 +42,9 @@ struct Bed {
     server: ApiServer,
     client: kube::Client,
     controller: Controller,
-    _certs: tempfile::TempDir,
+    _certs: Certs,
     _fixture: sim::Fixture,
-    _agent: tokio::task::JoinHandle<()>,
+    _agent: AgentServer,
 }
 
 /// The API server with the chart's CRDs, the simulated agent behind mTLS
@@ -59,22 +60,11 @@ async fn bed_with(recovery: bool) -> Result<Bed> {
     let server = ApiServer::start()?;
     server.install_chart_crds().await?;
     let client = server.client().await?;
-    let certs = tempfile::tempdir()?;
-    let ca = Ca::new(certs.path(), "pillar-test-ca")?;
-    let agent_pem = ca.server("agent", "127.0.0.1".parse()?)?;
-    let controller_pem = ca.client("pillar-csi-controller")?;
+    let certs = Certs::new()?;
     let fixture = sim::fixture();
-    let tls = ServerTlsConfig::new()
-        .identity(Identity::from_pem(
-            std::fs::read(&agent_pem.cert)?,
-            std::fs::read(&agent_pem.key)?,
-        ))
-        .client_ca_root(Certificate::from_pem(std::fs::read(&ca.pem.cert)?));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
     let agent = if recovery {
-        let key = certs.path().join("operator.key");
-        let public = certs.path().join("operator.pub");
+        let key = certs.dir.path().join("operator.key");
+        let public = certs.dir.path().join("operator.pub");
         let made = std::process::Command::new("sh")
             .arg("-c")
             .arg(format!(
@@ -84,7 +74,7 @@ async fn bed_with(recovery: bool) -> Result<Bed> {
             ))
             .status()?;
         assert!(made.success(), "openssl made the operator key");
-        let marks = pillar_csi_agent::marks::MarkStore::open(certs.path().join("marks"))
+        let marks = pillar_csi_agent::marks::MarkStore::open(certs.dir.path().join("marks"))
             .map_err(|e| e.to_string())?;
         std::sync::Arc::new(
             pillar_csi_agent::service::Agent::new(
@@ -95,8 +85,8 @@ async fn bed_with(recovery: bool) -> Result<Bed> {
             .with_recovery(
                 pillar_csi_agent::recovery::Recovery::load(
                     &public,
-                    &agent_pem.cert,
-                    &agent_pem.key,
+                    &certs.agent.cert,
+                    &certs.agent.key,
                 )
                 .map_err(|e| e.to_string())?,
             ),
@@ -104,89 +94,17 @@ async fn bed_with(recovery: bool) -> Result<Bed> {
     } else {
         fixture.agent.clone()
     };
-    let agent_client_tls = (ca.pem.cert.clone(), controller_pem.clone());
-    let service = AgentServiceServer::new(AgentGrpc::new(agent.clone(), "sim"));
-    let router = Server::builder().tls_config(tls)?.add_service(service);
-    let agent_task = tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        if let Err(e) = router.serve_with_incoming(incoming).await {
-            eprintln!("simulated agent stopped: {e}");
-        }
-    });
-    let pp = PostParams::default();
-    Api::<PillarAgent>::all(client.clone())
-        .create(
-            &pp,
-            &PillarAgent::new(
-                "storage-1",
-                PillarAgentSpec {
-                    address: "127.0.0.1".into(),
-                    port,
-                    tls_server_name: None,
-                },
-            ),
-        )
-        .await?;
-    Api::<PillarStore>::all(client.clone())
-        .create(
-            &pp,
-            &PillarStore::new(
-                "storage-1-lvm",
-                PillarStoreSpec {
-                    agent_ref: "storage-1".into(),
-                    backend: StoreBackend {
-                        zfs: None,
-                        lvm: Some(LvmBackend {
-                            volume_group: "data-vg".into(),
-                            thin_pool: None,
-                        }),
-                    },
-                },
-            ),
-        )
-        .await?;
-    Api::<PillarProtocol>::all(client.clone())
-        .create(
-            &pp,
-            &PillarProtocol::new(
-                "nvmeof-default",
-                PillarProtocolSpec {
-                    protocol: ProtocolConfig {
-                        nvmeof_tcp: Some(NvmeofTcpProtocol {
-                            port: 4420,
-                            acl: true,
-                        }),
-                        iscsi: None,
-                    },
-                },
-            ),
-        )
-        .await?;
-    Api::<PillarStorageClass>::all(client.clone())
-        .create(
-            &pp,
-            &PillarStorageClass::new(
-                "lvm",
-                PillarStorageClassSpec {
-                    store_ref: "storage-1-lvm".into(),
-                    protocol_ref: "nvmeof-default".into(),
-                    storage_class: StorageClassTemplate {
-                        name: "pillar-lvm".into(),
-                        reclaim_policy: None,
-                        volume_binding_mode: None,
-                        allow_volume_expansion: None,
-                    },
-                    filesystem: None,
-                },
-            ),
-        )
-        .await?;
-    let agents = Agents::new(Some(&AgentTls {
-        cert: controller_pem.cert.clone(),
-        key: controller_pem.key.clone(),
-        ca: ca.pem.cert.clone(),
-        server_name: None,
-    }))?;
+    let agent_client_tls = (certs.ca.pem.cert.clone(), certs.controller.clone());
+    let service = AgentGrpc::new(agent, "sim");
+    let (port, agent) = serve_agent(&certs.agent_server_tls()?, service, 0).await?;
+    create_agent(&client, port).await?;
+    create_objects(
+        &client,
+        &[lvm_store()],
+        &[class("lvm", "storage-1-lvm", "pillar-lvm", None)],
+    )
+    .await?;
+    let agents = Agents::new(Some(&certs.controller_tls()))?;
     let controller = Controller::new(server.controller_client().await?, agents);
     Ok(Bed {
         port,
@@ -196,7 +114,7 @@ async fn bed_with(recovery: bool) -> Result<Bed> {
         controller,
         _certs: certs,
         _fixture: fixture,
-        _agent: agent_task,
+        _agent: agent,
     })
 }
 
@@ -746,7 +664,7 @@ async fn a_recovery_commits_through_the_controller() -> Result {
         (OLD, 4)
     );
     let key = pillar_csi_agent::recovery::PrivateSigner::from_pem(&std::fs::read(
-        bed._certs.path().join("operator.key"),
+        bed._certs.dir.path().join("operator.key"),
     )?)?;
     let now = std::time::SystemTime::now();
     let auth = pillar_csi_agent::recovery::authorize(

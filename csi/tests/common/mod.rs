@@ -5,24 +5,25 @@
 //! keeps every agent RPC it was asked (so a test can say no agent call was
 //! made, or what a CreateVolume carried).
 #![allow(dead_code, clippy::unwrap_used)]
+pub mod parts;
+
 use api::crd::*;
-use csi::controller::agents::{AgentTls, Agents};
+use csi::controller::agents::Agents;
 use csi::controller::Controller;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::api::{Api, ListParams, PostParams};
+use parts::*;
 use pillar_csi_agent::grpc::AgentGrpc;
 use pillar_csi_agent::service::sim;
 use pillar_csi_lab::apiserver::ApiServer;
-use pillar_csi_lab::tls::Ca;
 use pillar_csi_proto::agent::v1 as ag;
-use pillar_csi_proto::agent::v1::agent_service_server::{AgentService, AgentServiceServer};
+use pillar_csi_proto::agent::v1::agent_service_server::AgentService;
 use pillar_csi_proto::csi::v1 as pb;
 use pillar_csi_proto::csi::v1::volume_capability::{
     access_mode::Mode, AccessMode, AccessType, MountVolume,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 
 /// The tests' result type.
@@ -107,35 +108,8 @@ pub struct Bed {
     pub calls: Arc<Mutex<Calls>>,
     /// The agent's port.
     pub agent_port: u16,
-    _certs: tempfile::TempDir,
-    _agent: tokio::task::JoinHandle<()>,
-}
-
-fn store(name: &str, backend: StoreBackend) -> PillarStore {
-    PillarStore::new(
-        name,
-        PillarStoreSpec {
-            agent_ref: "storage-1".into(),
-            backend,
-        },
-    )
-}
-
-fn class(name: &str, store: &str, fs: FsType) -> PillarStorageClass {
-    PillarStorageClass::new(
-        name,
-        PillarStorageClassSpec {
-            store_ref: store.into(),
-            protocol_ref: "nvmeof-default".into(),
-            storage_class: StorageClassTemplate {
-                name: format!("pillar-{name}"),
-                reclaim_policy: None,
-                volume_binding_mode: None,
-                allow_volume_expansion: None,
-            },
-            filesystem: Some(Filesystem { fs_type: fs }),
-        },
-    )
+    _certs: Certs,
+    _agent: AgentServer,
 }
 
 /// Starts the bed.
@@ -143,110 +117,25 @@ pub async fn bed() -> Result<Bed> {
     let server = ApiServer::start()?;
     server.install_chart_crds().await?;
     let client = server.client().await?;
-
-    let certs = tempfile::tempdir()?;
-    let ca = Ca::new(certs.path(), "pillar-test-ca")?;
-    let agent_pem = ca.server("agent", "127.0.0.1".parse()?)?;
-    let controller_pem = ca.client("pillar-csi-controller")?;
+    let certs = Certs::new()?;
     let fixture = sim::fixture();
-    let tls = ServerTlsConfig::new()
-        .identity(Identity::from_pem(
-            std::fs::read(&agent_pem.cert)?,
-            std::fs::read(&agent_pem.key)?,
-        ))
-        .client_ca_root(Certificate::from_pem(std::fs::read(&ca.pem.cert)?));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
     let calls = Arc::new(Mutex::new(Calls::default()));
     let recorder = Recorder {
         inner: AgentGrpc::new(fixture.agent.clone(), "sim"),
         calls: calls.clone(),
     };
-    let router = Server::builder()
-        .tls_config(tls)?
-        .add_service(AgentServiceServer::new(recorder));
-    let agent_task = tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        if let Err(e) = router.serve_with_incoming(incoming).await {
-            eprintln!("simulated agent stopped: {e}");
-        }
-    });
-
-    let pp = PostParams::default();
-    Api::<PillarAgent>::all(client.clone())
-        .create(
-            &pp,
-            &PillarAgent::new(
-                "storage-1",
-                PillarAgentSpec {
-                    address: "127.0.0.1".into(),
-                    port,
-                    tls_server_name: None,
-                },
-            ),
-        )
-        .await?;
-    let stores = Api::<PillarStore>::all(client.clone());
-    stores
-        .create(
-            &pp,
-            &store(
-                "storage-1-hot",
-                StoreBackend {
-                    zfs: Some(ZfsBackend {
-                        pool: "tank".into(),
-                        parent_dataset: Some("k8s".into()),
-                    }),
-                    lvm: None,
-                },
-            ),
-        )
-        .await?;
-    stores
-        .create(
-            &pp,
-            &store(
-                "storage-1-lvm",
-                StoreBackend {
-                    zfs: None,
-                    lvm: Some(LvmBackend {
-                        volume_group: "data-vg".into(),
-                        thin_pool: None,
-                    }),
-                },
-            ),
-        )
-        .await?;
-    Api::<PillarProtocol>::all(client.clone())
-        .create(
-            &pp,
-            &PillarProtocol::new(
-                "nvmeof-default",
-                PillarProtocolSpec {
-                    protocol: ProtocolConfig {
-                        nvmeof_tcp: Some(NvmeofTcpProtocol {
-                            port: 4420,
-                            acl: true,
-                        }),
-                        iscsi: None,
-                    },
-                },
-            ),
-        )
-        .await?;
-    let classes = Api::<PillarStorageClass>::all(client.clone());
-    classes
-        .create(&pp, &class("hot", "storage-1-hot", FsType::Xfs))
-        .await?;
-    classes
-        .create(&pp, &class("lvm", "storage-1-lvm", FsType::Ext4))
-        .await?;
-    let agents = Agents::new(Some(&AgentTls {
-        cert: controller_pem.cert.clone(),
-        key: controller_pem.key.clone(),
-        ca: ca.pem.cert.clone(),
-        server_name: None,
-    }))?;
+    let (port, agent) = serve_agent(&certs.agent_server_tls()?, recorder, 0).await?;
+    create_agent(&client, port).await?;
+    create_objects(
+        &client,
+        &[zfs_store(), lvm_store()],
+        &[
+            class("hot", "storage-1-hot", "pillar-hot", Some(FsType::Xfs)),
+            class("lvm", "storage-1-lvm", "pillar-lvm", Some(FsType::Ext4)),
+        ],
+    )
+    .await?;
+    let agents = Agents::new(Some(&certs.controller_tls()))?;
     // The controller runs as its ServiceAccount with the chart's rules only.
     let controller = Controller::new(server.controller_client().await?, agents);
     Ok(Bed {
@@ -257,7 +146,7 @@ pub async fn bed() -> Result<Bed> {
         calls,
         agent_port: port,
         _certs: certs,
-        _agent: agent_task,
+        _agent: agent,
     })
 }
 
