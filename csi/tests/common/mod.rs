@@ -24,6 +24,7 @@ use pillar_csi_proto::csi::v1::volume_capability::{
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 /// The tests' result type.
@@ -39,14 +40,33 @@ pub struct Calls {
     pub creates: Vec<ag::CreateVolumeRequest>,
 }
 
+/// Where the recorder holds an agent CreateVolume until released.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Hold {
+    /// Nowhere: calls pass.
+    #[default]
+    None,
+    /// Before the agent sees the request.
+    Request,
+    /// After the agent created the volume, before the reply leaves.
+    Reply,
+}
+
 /// The agent service between the controller and the simulated agent.
 #[derive(Clone)]
 pub struct Recorder {
     inner: AgentGrpc,
     calls: Arc<Mutex<Calls>>,
+    hold: watch::Receiver<Hold>,
 }
 
 impl Recorder {
+    /// Waits while CreateVolume is held at `at`.
+    async fn pass(&self, at: Hold) {
+        let mut hold = self.hold.clone();
+        let _ = hold.wait_for(|h| *h != at).await;
+    }
+
     fn seen(&self, method: &'static str, request: &dyn std::any::Any) {
         let mut calls = self.calls.lock().unwrap();
         calls.methods.push(method);
@@ -66,7 +86,15 @@ macro_rules! delegate {
                     request: Request<ag::$req>,
                 ) -> std::result::Result<Response<ag::$resp>, Status> {
                     self.seen(stringify!($method), request.get_ref());
-                    self.inner.$method(request).await
+                    let create = stringify!($method) == "create_volume";
+                    if create {
+                        self.pass(Hold::Request).await;
+                    }
+                    let reply = self.inner.$method(request).await;
+                    if create {
+                        self.pass(Hold::Reply).await;
+                    }
+                    reply
                 }
             )*
         }
@@ -108,7 +136,10 @@ pub struct Bed {
     pub calls: Arc<Mutex<Calls>>,
     /// The agent's port.
     pub agent_port: u16,
-    _certs: Certs,
+    /// Where agent CreateVolume calls are held (none at first).
+    pub hold: watch::Sender<Hold>,
+    /// The mTLS material of agent and controller.
+    pub certs: Certs,
     _agent: AgentServer,
 }
 
@@ -120,9 +151,11 @@ pub async fn bed() -> Result<Bed> {
     let certs = Certs::new()?;
     let fixture = sim::fixture();
     let calls = Arc::new(Mutex::new(Calls::default()));
+    let (hold, held) = watch::channel(Hold::None);
     let recorder = Recorder {
         inner: AgentGrpc::new(fixture.agent.clone(), "sim"),
         calls: calls.clone(),
+        hold: held,
     };
     let (port, agent) = serve_agent(&certs.agent_server_tls()?, recorder, 0).await?;
     create_agent(&client, port).await?;
@@ -145,7 +178,8 @@ pub async fn bed() -> Result<Bed> {
         controller,
         calls,
         agent_port: port,
-        _certs: certs,
+        hold,
+        certs,
         _agent: agent,
     })
 }
@@ -199,6 +233,11 @@ impl Bed {
             .unwrap()
             .get(&zvol_key(name))
             .copied()
+    }
+
+    /// How many zvols the simulated pool holds.
+    pub fn zvols(&self) -> usize {
+        self.fixture.backend.volumes.lock().unwrap().len()
     }
 
     /// How many volumes the simulated pool and volume group destroyed.
