@@ -19,7 +19,8 @@ use std::{
 
 /// The format version written in every mark.
 pub const MARK_VERSION: u32 = 1;
-const SUFFIX: &str = ".mark.json";
+/// The file name suffix of a mark (`<encoded volume ID>.mark.json`).
+pub const SUFFIX: &str = ".mark.json";
 /// The longest encoded file name (stays under the usual 255-byte limit).
 const MAX_FILE_NAME: usize = 250;
 

@@ -129,6 +129,18 @@ impl Lio {
         self
     }
 
+    /// The index of every iblock HBA folder (`core/iblock_<n>`), holding a
+    /// storage object or not.
+    pub fn hbas(&self) -> Result<std::collections::BTreeSet<u32>, Error> {
+        read::used_hba_indexes(&self.tree)
+    }
+
+    /// The handle calling `hook` after every configfs step it runs.
+    pub fn with_step_hook(mut self, hook: configfs::StepHook) -> Self {
+        self.tree = self.tree.with_step_hook(hook);
+        self
+    }
+
     /// The configfs tree this handle writes.
     pub fn tree(&self) -> &Tree {
         &self.tree

@@ -24,6 +24,10 @@ pub struct NvmetExporter {
 impl NvmetExporter {
     /// An exporter on `target` listening on `listener` through port `port`.
     pub fn new(target: Nvmet, listener: Listener, port: PortId) -> Self {
+        #[cfg(feature = "crash-points")]
+        let target = target.with_step_hook(std::sync::Arc::new(|s| {
+            crate::crash::configfs_step(crate::crash::Target::Nvmet, s)
+        }));
         Self {
             target,
             listener,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 /// The backend record of a pinned source.
-pub(super) fn pinned_record(pin: &AdoptedSource) -> BackendRecord {
+pub(crate) fn pinned_record(pin: &AdoptedSource) -> BackendRecord {
     match pin {
         AdoptedSource::Zvol { dataset } => BackendRecord::Zvol {
             dataset: dataset.clone(),
@@ -94,6 +94,7 @@ impl Agent {
             } else {
                 agent.unexport_all(&id).await?;
             }
+            crate::crash::point("release-unexported");
             txn.mark.fence = txn.mark.fence.end(None);
             txn.mark.exports.clear();
             if txn.mark.adopted.is_some() {
@@ -237,6 +238,7 @@ impl Agent {
         }
         let vid = id.clone();
         let (record, state) = blocking(move || backend.import(&vid, &source, bytes)).await?;
+        crate::crash::point("import-backend-done");
         // The spec's `blkid -p` signature probe, read-only and in-process.
         // It refuses nothing: what it found is recorded with the pin.
         let device = state.device_path.clone();

@@ -39,6 +39,7 @@ mod volumes;
 pub use inspect::{Inspection, ObservedExport};
 pub use reconcile::Reconciled;
 pub use recovery::Transfer;
+pub(crate) use adoption::pinned_record as pinned;
 use txn::blocking;
 
 /// The agent: its backends, exporters, marks and locks.
