@@ -222,8 +222,14 @@ mod tests {
         assert_eq!(listed.len(), POINTS.len(), "a name is listed twice");
         let unlisted: Vec<_> = found.difference(&listed).collect();
         let uncalled: Vec<_> = listed.difference(&found).collect();
-        assert!(unlisted.is_empty(), "called but not in POINTS: {unlisted:?}");
-        assert!(uncalled.is_empty(), "in POINTS but never called: {uncalled:?}");
+        assert!(
+            unlisted.is_empty(),
+            "called but not in POINTS: {unlisted:?}"
+        );
+        assert!(
+            uncalled.is_empty(),
+            "in POINTS but never called: {uncalled:?}"
+        );
     }
 
     #[test]

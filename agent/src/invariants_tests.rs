@@ -225,7 +225,8 @@ fn two_marks_on_one_volume_and_two_exports_on_one_device() {
     );
     finds(
         |s| {
-            s.resolved.insert("/dev/zvol/tank/k8s/a".into(), "/dev/zd16".into());
+            s.resolved
+                .insert("/dev/zvol/tank/k8s/a".into(), "/dev/zd16".into());
         },
         vec![
             Violation::WrongDevice {
@@ -245,13 +246,7 @@ fn two_marks_on_one_volume_and_two_exports_on_one_device() {
 fn a_wrong_device_behind_a_lun() {
     let (_, object) = lio_names(B);
     finds(
-        |s| {
-            s.lio
-                .storage_objects
-                .get_mut(&object)
-                .unwrap()
-                .udev_path = "/dev/zd48".into()
-        },
+        |s| s.lio.storage_objects.get_mut(&object).unwrap().udev_path = "/dev/zd48".into(),
         vec![Violation::WrongDevice {
             export: object.to_string(),
             serves: "/dev/zd48".into(),
@@ -279,7 +274,12 @@ fn exports_unrecorded_missing_or_different() {
     finds(
         |s| {
             s.nvmet.subsystems.clear();
-            s.nvmet.ports.get_mut(&nvmet::PortId(1)).unwrap().subsystems.clear();
+            s.nvmet
+                .ports
+                .get_mut(&nvmet::PortId(1))
+                .unwrap()
+                .subsystems
+                .clear();
             s.nvmet.hosts.clear();
         },
         vec![Violation::MissingExport {
@@ -297,12 +297,19 @@ fn exports_unrecorded_missing_or_different() {
     );
     finds(
         |s| {
-            s.nvmet.subsystems.get_mut(&nqn(A)).unwrap().allowed_hosts.clear();
+            s.nvmet
+                .subsystems
+                .get_mut(&nqn(A))
+                .unwrap()
+                .allowed_hosts
+                .clear();
         },
         vec![
             Violation::ExportDiffers {
                 volume: A.into(),
-                why: format!("nvmet allows any host: false, hosts {{}}; recorded ACL true, {{\"{HOST}\"}}"),
+                why: format!(
+                    "nvmet allows any host: false, hosts {{}}; recorded ACL true, {{\"{HOST}\"}}"
+                ),
             },
             Violation::OrphanHost(HOST.into()),
         ],
@@ -319,7 +326,12 @@ fn orphaned_ports_subsystems_hosts_hbas_and_backstores() {
                 nvmet::Port::tcp("127.0.0.1:4421".parse().unwrap()),
             );
             // The agent's own port may stay empty.
-            s.nvmet.ports.get_mut(&nvmet::PortId(1)).unwrap().subsystems.clear();
+            s.nvmet
+                .ports
+                .get_mut(&nvmet::PortId(1))
+                .unwrap()
+                .subsystems
+                .clear();
         },
         vec![
             Violation::OrphanPort(7),

@@ -222,6 +222,12 @@ impl AgentProcess {
     }
 
     async fn spawn(&mut self) -> Result<()> {
+        self.spawn_child()?;
+        self.health = self.wait_healthy().await?;
+        Ok(())
+    }
+
+    fn spawn_child(&mut self) -> Result<()> {
         self.addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let c = &self.config;
         let mut cmd = Command::new(match &c.binary {
@@ -269,7 +275,6 @@ impl AgentProcess {
             .spawn()
             .map_err(|e| format!("starting the agent: {e}"))?;
         self.child = Some(child);
-        self.health = self.wait_healthy().await?;
         Ok(())
     }
 
@@ -363,6 +368,14 @@ impl AgentProcess {
     pub async fn restart(&mut self) -> Result<()> {
         self.kill()?;
         self.spawn().await
+    }
+
+    /// Starts the agent again like [`AgentProcess::restart`] without
+    /// waiting for it to answer: a crash point in start-up reconciliation
+    /// stops it before it serves.
+    pub fn restart_unanswered(&mut self) -> Result<()> {
+        self.kill()?;
+        self.spawn_child()
     }
 
     /// The whole log so far.

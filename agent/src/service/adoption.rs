@@ -86,7 +86,11 @@ impl Agent {
         let backend = self.backend(&id, kind)?;
         let token = token.cloned();
         self.detached(move |agent| async move {
-            let mut txn = agent.begin(&id, token.as_ref(), Call::Other).await?;
+            let mut txn = agent.begin(&id, token.as_ref(), Call::Release).await?;
+            if txn.admission == Admission::RepeatsRelease {
+                // The release whose reply was lost: it is done.
+                return Ok(());
+            }
             if let Some(pin) = txn.mark.adopted.clone().filter(AdoptedSource::preserves) {
                 agent
                     .verify_preserved_idle(&id, &backend, &pin, &txn.mark)
@@ -95,7 +99,7 @@ impl Agent {
                 agent.unexport_all(&id).await?;
             }
             crate::crash::point("release-unexported");
-            txn.mark.fence = txn.mark.fence.end(None);
+            txn.mark.fence = txn.mark.fence.end_released(token);
             txn.mark.exports.clear();
             if txn.mark.adopted.is_some() {
                 txn.mark.backend = None;

@@ -36,10 +36,10 @@ mod recovery;
 mod txn;
 mod volumes;
 
+pub(crate) use adoption::pinned_record as pinned;
 pub use inspect::{Inspection, ObservedExport};
 pub use reconcile::Reconciled;
 pub use recovery::Transfer;
-pub(crate) use adoption::pinned_record as pinned;
 use txn::blocking;
 
 /// The agent: its backends, exporters, marks and locks.
