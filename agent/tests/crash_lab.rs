@@ -513,7 +513,7 @@ fn judge(bed: &Bed, op: Op, c: &Case, repeated: Result<(), Status>) -> R<Result<
             }
         }
         _ if op.on_existing() => bed.pattern_intact(c, u64::from(bed.serial))?,
-        _ => Bed::device(c).exists(),
+        _ => pillar_csi_lab::block::wait_for(&Bed::device(c), Duration::from_secs(30)).is_ok(),
     };
     if !data {
         return Ok(Err(match op {
@@ -645,6 +645,9 @@ async fn crash_matrix_every_operation_at_every_point() -> R {
         NVME_PORT,
         ISCSI_PORT,
     )?;
+    // No periodic resync: its passes would shift the counted ones.
+    let mut config = config;
+    config.resync_interval_seconds = Some(0);
     let agent = AgentProcess::start(config).await?;
     let mut bed = Bed {
         lab: lab.clone(),
