@@ -282,10 +282,12 @@ impl Bed {
         match op {
             Op::Create => return Ok(c),
             Op::Import => {
-                let source = format!("{}-src", c.dataset);
-                run("zfs", &["create", "-s", "-V", &SIZE.to_string(), &source])?;
-                c.dataset = source.clone();
-                c.source = Some(source);
+                // An import adopts the zvol where the volume ID resolves.
+                run(
+                    "zfs",
+                    &["create", "-s", "-V", &SIZE.to_string(), &c.dataset],
+                )?;
+                c.source = Some(c.dataset.clone());
             }
             _ => self.create(&c).await?,
         }
@@ -397,6 +399,21 @@ impl Bed {
         } else {
             self.agent.restart_unanswered()
         }
+    }
+}
+
+/// Shows a line of the report: on the real standard error (past the test
+/// harness's capture, so the guest's output shows it) and in
+/// `crash-matrix.txt` in the lab's work folder.
+fn say(work: &Path, line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    if let Ok(mut f) = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(work.join("crash-matrix.txt"))
+    {
+        let _ = writeln!(f, "{line}");
     }
 }
 
@@ -658,79 +675,112 @@ async fn crash_matrix_every_operation_at_every_point() -> R {
         serial: 0,
     };
     bed.baseline = invariants::check(&bed.observe()?);
-    println!(
-        "violations present before the matrix (not ours): {:?}",
-        bed.baseline
+    let work = lab.work.clone();
+    say(
+        &work,
+        &format!(
+            "violations present before the matrix (not ours): {:?}",
+            bed.baseline
+        ),
     );
     let all_passes = std::env::var("PILLAR_CRASH_ALL_PASSES").is_ok();
     let mut matrix: Vec<(Op, BTreeMap<String, String>)> = Vec::new();
     let mut failures = Vec::new();
     let mut cases = 0;
     for op in OPS {
-        let (startup, during) = trace(&mut bed, op).await?;
-        let counts = count(&during);
-        let mut row = BTreeMap::new();
-        for (point, total) in &counts {
-            // The first and the last pass of each point (every pass with
-            // PILLAR_CRASH_ALL_PASSES).
-            let picks: BTreeSet<usize> = if all_passes {
-                (1..=*total).collect()
-            } else {
-                [1, *total].into()
-            };
-            let mut cell = Vec::new();
-            for n in picks {
-                let at = startup.get(point).copied().unwrap_or(0) + n;
-                cases += 1;
-                match case(&mut bed, op, point, at).await? {
-                    Ok(()) => cell.push(format!("ok{n}")),
-                    Err(why) => {
-                        cell.push(format!("FAIL{n}"));
-                        failures.push(format!("{} at {point}@{n}: {why}", op.label()));
-                    }
-                }
+        // A setup step that fails (not a cell) is reported and the next
+        // operation runs on the ordinary agent.
+        let row = match row(&mut bed, op, all_passes, &mut cases, &mut failures).await {
+            Ok(row) => row,
+            Err(e) => {
+                failures.push(format!("{}: {e}", op.label()));
+                let _ = bed.restart(None, true).await;
+                [("error".to_owned(), e.to_string())].into()
             }
-            row.insert(point.clone(), format!("{}/{total}", cell.join(",")));
-        }
-        println!("{}: {row:?}", op.label());
+        };
+        say(
+            &work,
+            &format!(
+                "{} ({:.0} s): {row:?}",
+                op.label(),
+                started.elapsed().as_secs_f64()
+            ),
+        );
         matrix.push((op, row));
     }
-    print_matrix(&matrix);
-    println!(
-        "crash matrix: {cases} cases, {} failed, {:.0} s",
-        failures.len(),
-        started.elapsed().as_secs_f64()
+    print_matrix(&work, &matrix);
+    say(
+        &work,
+        &format!(
+            "crash matrix: {cases} cases, {} failed, {:.0} s",
+            failures.len(),
+            started.elapsed().as_secs_f64()
+        ),
     );
     for f in &failures {
-        println!("FAILED {f}");
+        say(&work, &format!("FAILED {f}"));
     }
     assert!(failures.is_empty(), "{failures:#?}");
     assert_eq!(bed.violations()?, vec![], "the node is clean at the end");
     Ok(())
 }
 
+/// The row of `op`: each point it passes, crashed at its first and last
+/// pass (every pass with `all_passes`).
+async fn row(
+    bed: &mut Bed,
+    op: Op,
+    all_passes: bool,
+    cases: &mut usize,
+    failures: &mut Vec<String>,
+) -> R<BTreeMap<String, String>> {
+    let (startup, during) = trace(bed, op).await?;
+    let mut row = BTreeMap::new();
+    for (point, total) in &count(&during) {
+        let picks: BTreeSet<usize> = if all_passes {
+            (1..=*total).collect()
+        } else {
+            [1, *total].into()
+        };
+        let mut cell = Vec::new();
+        for n in picks {
+            let at = startup.get(point).copied().unwrap_or(0) + n;
+            *cases += 1;
+            match case(bed, op, point, at).await? {
+                Ok(()) => cell.push(format!("ok{n}")),
+                Err(why) => {
+                    cell.push(format!("FAIL{n}"));
+                    failures.push(format!("{} at {point}@{n}: {why}", op.label()));
+                }
+            }
+        }
+        row.insert(point.clone(), format!("{}/{total}", cell.join(",")));
+    }
+    Ok(row)
+}
+
 /// Operations down, crash points across: `ok<n>` per pass crashed at
 /// (`/<passes>`), `-` where the operation does not pass the point.
-fn print_matrix(matrix: &[(Op, BTreeMap<String, String>)]) {
+fn print_matrix(work: &Path, matrix: &[(Op, BTreeMap<String, String>)]) {
     let points: Vec<&str> = crash::POINTS
         .iter()
         .map(|(n, _)| *n)
         .filter(|n| matrix.iter().any(|(_, row)| row.contains_key(*n)))
         .collect();
-    println!("crash matrix (operation x point; ok<n>: killed at the n-th pass, then repaired; /<passes>):");
+    say(work, "crash matrix (operation x point; ok<n>: killed at the n-th pass, then repaired; /<passes>):");
     for (i, p) in points.iter().enumerate() {
-        println!("  P{i:02} = {p}");
+        say(work, &format!("  P{i:02} = {p}"));
     }
     let mut header = format!("{:<22}", "operation");
     for i in 0..points.len() {
         header.push_str(&format!(" {:<10}", format!("P{i:02}")));
     }
-    println!("{header}");
+    say(work, &header);
     for (op, row) in matrix {
         let mut line = format!("{:<22}", op.label());
         for p in &points {
             line.push_str(&format!(" {:<10}", row.get(*p).map_or("-", String::as_str)));
         }
-        println!("{line}");
+        say(work, &line);
     }
 }
