@@ -746,7 +746,17 @@ async fn row(
         for n in picks {
             let at = startup.get(point).copied().unwrap_or(0) + n;
             *cases += 1;
-            match case(bed, op, point, at).await? {
+            let t = Instant::now();
+            let outcome = case(bed, op, point, at).await?;
+            say(
+                &bed.lab.work,
+                &format!(
+                    "  {} at {point}@{n} (armed @{at}): {outcome:?} ({:.1} s)",
+                    op.label(),
+                    t.elapsed().as_secs_f64()
+                ),
+            );
+            match outcome {
                 Ok(()) => cell.push(format!("ok{n}")),
                 Err(why) => {
                     cell.push(format!("FAIL{n}"));
