@@ -27,6 +27,10 @@ pub const POINTS: &[(&str, &str)] = &[
         "CreateVolume: the intent (the backend record) is written before the backend call",
     ),
     (
+        "mark-written-unrenamed",
+        "every mark write: the new mark durable in its temporary file, not renamed into place",
+    ),
+    (
         "mark-committed",
         "every mutation: the mark is committed, the reply not sent",
     ),
