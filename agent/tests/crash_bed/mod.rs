@@ -348,7 +348,10 @@ impl Bed {
             let _ = run("zfs", &["destroy", source]);
         }
         let mark = self.state_dir().join(format!("{}{SUFFIX}", encode(&c.id)));
-        fs::remove_file(&mark)?;
+        match fs::remove_file(&mark) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
         let target = nvmet::Nvmet::open()?;
         let state = target.read()?;
         if state
