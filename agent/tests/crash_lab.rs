@@ -72,11 +72,11 @@ async fn trace(bed: &mut Bed, op: Op) -> R<(BTreeMap<String, usize>, Vec<String>
     } else {
         passes(&all[startup.len()..])
     };
+    bed.restart(None, true).await?;
+    bed.cleanup(&c).await?;
     if let Err(e) = result {
         return Err(format!("{}: the traced run failed: {e}", op.label()).into());
     }
-    bed.restart(None, true).await?;
-    bed.cleanup(&c).await?;
     Ok((
         if op == Op::Reconcile {
             BTreeMap::new()
