@@ -8,7 +8,8 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 deps:
 	bash scripts/deps.sh
 
-## The main job: the volume lifecycle in the kernel lab, step by step.
+## The main job: a claim's life through controller, agent and node in the
+## kernel lab (the API server on the host), step by step.
 demo: deps
 	tests/lab/run demo
 

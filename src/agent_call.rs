@@ -34,7 +34,8 @@ pub struct AgentFlags {
 /// The volume to inspect.
 #[derive(Args, Clone, Debug)]
 pub struct VolumeFlags {
-    /// The agent volume ID, `<vg>/<lv>`.
+    /// The agent volume ID, `<vg>/<lv>` (`rebind-check`: default the
+    /// record's `spec.agentVolumeID`).
     #[arg(long, value_name = "VG/LV")]
     pub volume_id: Option<String>,
     /// The backend type; InspectVolume takes only `BACKEND_TYPE_LVM`.
@@ -91,7 +92,7 @@ pub fn inspect(agent: &AgentFlags, volume: &VolumeFlags) -> Result<Value, String
         .connect_timeout(Duration::from_secs(10))
         .timeout(Duration::from_secs(60))
         .tls_config(tls)
-        .map_err(|e| format!("TLS for {address}: {e}"))?;
+        .map_err(|e| format!("TLS for {address}: {}", chain(&e)))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1,11 +1,20 @@
 //! `pillar-csi rebind-check INSPECT_JSON PVS_JSON` (or, live, `--agent
-//! ... --volume-id ...` with `--pvs-json FILE` or `--pvs-name NAME`): the jq checks of the
-//! spec's "Rebind a retained volume", step 4, over an InspectVolume answer
-//! (grpcurl's JSON) and a PillarVolumeState (`kubectl get pillarvolumestate
-//! -o json`). Prints each of the eight lines as jq prints it (with jq's
-//! rules: a missing field is null, null equals null, `length` of null is 0,
-//! `not` of null is true), each followed by the check it is; exits 1 when
-//! any line is not `true`.
+//! ... [--volume-id ...]` with `--pvs-json FILE` or `--pvs-name NAME`): the jq
+//! checks of the spec's "Rebind a retained volume", step 4, over an
+//! InspectVolume answer (grpcurl's JSON) and a PillarVolumeState (`kubectl
+//! get pillarvolumestate -o json`). Prints each line as jq prints it (with
+//! jq's rules: a missing field is null, null equals null, `length` of null
+//! is 0, `not` of null is true), each followed by the check it is; exits 1
+//! when any line is not `true`.
+//!
+//! Two things go beyond the spec's jq. `$src` is `$pvs.spec.lvmSource //
+//! $pvs.spec.recovery.source`: a record born for a metadata-loss recovery
+//! carries its LV there (it cannot have `lvmSource`), and the spec's
+//! literal `$pvs.spec.lvmSource` would fail such a volume forever. And a
+//! ninth line, `$in.volumeId == $pvs.spec.agentVolumeID`: the spec inspects
+//! the record's own agentVolumeID, so it holds there by construction, but
+//! here the inspection and the record come from two places (two files, or
+//! `--volume-id` and the record).
 use crate::agent_call::{inspect as inspect_live, AgentFlags, VolumeFlags};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -40,9 +49,19 @@ fn same(x: &Value, s: &Value) -> bool {
         && at(x, &["logicalVolumeUuid"]) == at(s, &["logicalVolumeUUID"])
 }
 
-/// The eight lines: (what jq prints, the check).
-pub fn lines(inspect: &Value, pvs: &Value) -> Vec<(Value, &'static str)> {
+/// The record's LV: `$pvs.spec.lvmSource // $pvs.spec.recovery.source`.
+fn source(pvs: &Value) -> &Value {
     let src = at(pvs, &["spec", "lvmSource"]);
+    if truthy(src) {
+        src
+    } else {
+        at(pvs, &["spec", "recovery", "source"])
+    }
+}
+
+/// The nine lines: (what jq prints, the check).
+pub fn lines(inspect: &Value, pvs: &Value) -> Vec<(Value, &'static str)> {
+    let src = source(pvs);
     vec![
         (
             at(inspect, &["fence", "exists"]).clone(),
@@ -76,6 +95,10 @@ pub fn lines(inspect: &Value, pvs: &Value) -> Vec<(Value, &'static str)> {
             Value::from(at(inspect, &["lvm", "exclusiveClaim"]) == "free"),
             "$in.lvm.exclusiveClaim == \"free\"",
         ),
+        (
+            Value::from(at(inspect, &["volumeId"]) == at(pvs, &["spec", "agentVolumeID"])),
+            "$in.volumeId == $pvs.spec.agentVolumeID",
+        ),
     ]
 }
 
@@ -92,7 +115,8 @@ pub struct RebindArgs {
     agent: AgentFlags,
     #[command(flatten)]
     volume: VolumeFlags,
-    /// The PillarVolumeState file (with `--agent`).
+    /// The PillarVolumeState file (with `--agent`; `--volume-id` defaults
+    /// to its `spec.agentVolumeID`).
     #[arg(long = "pvs-json", value_name = "FILE")]
     pvs_file: Option<PathBuf>,
     /// The PillarVolumeState's name, read from the API server.
@@ -143,7 +167,7 @@ fn pvs_from_api(name: &str, kubeconfig: Option<&Path>) -> Result<Value, String> 
 /// Reads (or fetches) both sides and prints the lines; `Err` when a line
 /// is not `true` or a side cannot be read.
 pub fn run(a: RebindArgs) -> Result<String, String> {
-    let usage = "give INSPECT_JSON PVS_JSON, or --agent HOST:PORT --cert --key --cacert --volume-id VG/LV with --pvs-json FILE or --pvs-name NAME";
+    let usage = "give INSPECT_JSON PVS_JSON, or --agent HOST:PORT --cert --key --cacert [--volume-id VG/LV] with --pvs-json FILE or --pvs-name NAME";
     let (inspect, pvs) = match (&a.inspect_json, &a.pvs_json, &a.agent.agent) {
         (Some(i), Some(p), None) if a.pvs_file.is_none() && a.pvs_name.is_none() => {
             (read(i)?, read(p)?)
@@ -158,7 +182,18 @@ pub fn run(a: RebindArgs) -> Result<String, String> {
                     ))
                 }
             };
-            (inspect_live(&a.agent, &a.volume)?, pvs)
+            // The volume the record names, unless --volume-id says otherwise
+            // (then the last line compares the two).
+            let mut volume = a.volume.clone();
+            if volume.volume_id.is_none() {
+                volume.volume_id = Some(
+                    at(&pvs, &["spec", "agentVolumeID"])
+                        .as_str()
+                        .ok_or("the PillarVolumeState has no spec.agentVolumeID; give --volume-id")?
+                        .to_owned(),
+                );
+            }
+            (inspect_live(&a.agent, &volume)?, pvs)
         }
         _ => return Err(usage.into()),
     };
@@ -182,6 +217,7 @@ mod tests {
 
     fn inspect() -> Value {
         json!({
+            "volumeId": "data-vg/legacy",
             "fence": {"exists": true, "ended": false, "volumeUid": "u1",
                       "lvmSource": {"volumeGroup": "data-vg", "logicalVolume": "legacy",
                                     "volumeGroupUuid": "V", "logicalVolumeUuid": "L"}},
@@ -194,7 +230,7 @@ mod tests {
 
     fn pvs() -> Value {
         json!({"metadata": {"uid": "u1"},
-               "spec": {"lvmSource": {"volumeGroup": "data-vg", "logicalVolume": "legacy",
+               "spec": {"agentVolumeID": "data-vg/legacy", "lvmSource": {"volumeGroup": "data-vg", "logicalVolume": "legacy",
                                       "volumeGroupUUID": "V", "logicalVolumeUUID": "L"}}})
     }
 
@@ -204,7 +240,33 @@ mod tests {
 
     #[test]
     fn every_line_is_true_for_a_matching_idle_volume() {
-        assert_eq!(values(&inspect(), &pvs()), vec![Value::Bool(true); 8]);
+        assert_eq!(values(&inspect(), &pvs()), vec![Value::Bool(true); 9]);
+    }
+
+    #[test]
+    fn a_recovered_record_is_checked_against_its_recovery_source() {
+        // As the controller keeps it: spec.recovery.source, no lvmSource.
+        let mut p = pvs();
+        let source = p["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("lvmSource")
+            .unwrap();
+        p["spec"]["recovery"] = json!({"oldVolumeUID": "u0", "source": source});
+        assert_eq!(values(&inspect(), &p), vec![Value::Bool(true); 9]);
+        p["spec"]["recovery"]["source"]["logicalVolumeUUID"] = json!("X");
+        let got = values(&inspect(), &p);
+        assert_eq!(
+            (got[3].clone(), got[4].clone()),
+            (Value::Bool(false), Value::Bool(false))
+        );
+        // A record with neither: lines 4 and 5 are false, as in jq.
+        p["spec"].as_object_mut().unwrap().remove("recovery");
+        let got = values(&inspect(), &p);
+        assert_eq!(
+            (got[3].clone(), got[4].clone()),
+            (Value::Bool(false), Value::Bool(false))
+        );
     }
 
     /// A change of the inspection or the record.
@@ -212,7 +274,7 @@ mod tests {
 
     #[test]
     fn each_line_turns_false_by_its_own_cause() {
-        let cases: [(usize, Change); 8] = [
+        let cases: [(usize, Change); 9] = [
             (0, |i, _| i["fence"]["exists"] = json!(false)),
             (1, |_, p| p["metadata"]["uid"] = json!("u2")),
             (2, |i, _| i["fence"]["ended"] = json!(true)),
@@ -225,6 +287,9 @@ mod tests {
             (5, |i, _| i["exports"] = json!([{"targetId": "nqn.x"}])),
             (6, |i, _| i["consumers"] = json!([{"kind": "mount"}])),
             (7, |i, _| i["lvm"]["exclusiveClaim"] = json!("busy")),
+            (8, |_, p| {
+                p["spec"]["agentVolumeID"] = json!("data-vg/other")
+            }),
         ];
         for (line, change) in cases {
             let (mut i, mut p) = (inspect(), pvs());

@@ -31,27 +31,41 @@ import sys
 
 import grpc
 from google.protobuf import json_format
-from grpc_tools import protoc
 
 PROTO = "pillar_csi/agent/v1/agent.proto"
 
 
+def compiled(proto_root, gen_dir):
+    """Whether GEN_DIR already holds both modules, newer than the .proto."""
+    source = os.path.getmtime(os.path.join(proto_root, PROTO))
+    base = os.path.join(gen_dir, os.path.splitext(PROTO)[0])
+    try:
+        return all(os.path.getmtime(base + s) >= source for s in ("_pb2.py", "_pb2_grpc.py"))
+    except OSError:
+        return False
+
+
 def compile_proto(proto_root, gen_dir):
-    os.makedirs(gen_dir, exist_ok=True)
-    # grpc_tools ships google/protobuf/*.proto (timestamp.proto is imported).
-    well_known = os.path.join(os.path.dirname(protoc.__file__), "_proto")
-    rc = protoc.main(
-        [
-            "grpc_tools.protoc",
-            f"-I{proto_root}",
-            f"-I{well_known}",
-            f"--python_out={gen_dir}",
-            f"--grpc_python_out={gen_dir}",
-            os.path.join(proto_root, PROTO),
-        ]
-    )
-    if rc != 0:
-        sys.exit(f"protoc failed on {PROTO} (status {rc})")
+    # Compiled once per GEN_DIR (the lab's work folder): importing grpc_tools
+    # and running protoc are left to the first call.
+    if not compiled(proto_root, gen_dir):
+        from grpc_tools import protoc
+
+        os.makedirs(gen_dir, exist_ok=True)
+        # grpc_tools ships google/protobuf/*.proto (timestamp.proto is imported).
+        well_known = os.path.join(os.path.dirname(protoc.__file__), "_proto")
+        rc = protoc.main(
+            [
+                "grpc_tools.protoc",
+                f"-I{proto_root}",
+                f"-I{well_known}",
+                f"--python_out={gen_dir}",
+                f"--grpc_python_out={gen_dir}",
+                os.path.join(proto_root, PROTO),
+            ]
+        )
+        if rc != 0:
+            sys.exit(f"protoc failed on {PROTO} (status {rc})")
     sys.path.insert(0, gen_dir)
     pb2 = importlib.import_module("pillar_csi.agent.v1.agent_pb2")
     grpc_pb2 = importlib.import_module("pillar_csi.agent.v1.agent_pb2_grpc")

@@ -3,13 +3,15 @@
 //! folder by `scripts/apiserver.sh`, stopped when dropped.
 //!
 //! It runs on the host, not in the kernel lab: nothing here needs a kernel
-//! feature, and the server under TCG would be 10-30x slower.
+//! feature, and the server under TCG would be 10-30x slower. Lab tests
+//! that need one use the server the lab runner started on the host for the
+//! whole run ([`ApiServer::lab`]), reached from the guest at 10.0.2.2.
 use crate::Result;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::{Path, PathBuf};
@@ -23,9 +25,12 @@ pub const ACCOUNTS: [&str; 3] = [
     "pillar-csi-agent",
 ];
 
-/// A running API server; dropping it stops etcd and the server.
+/// A running API server; dropping one this process started stops etcd and
+/// the server.
 pub struct ApiServer {
-    dir: tempfile::TempDir,
+    dir: PathBuf,
+    /// The temporary folder of a server this process started (and stops).
+    owned: Option<tempfile::TempDir>,
 }
 
 fn script() -> PathBuf {
@@ -57,22 +62,40 @@ impl ApiServer {
             )
             .into());
         }
-        Ok(ApiServer { dir })
+        Ok(ApiServer {
+            dir: dir.path().to_owned(),
+            owned: Some(dir),
+        })
     }
 
-    /// The folder holding the server's data, logs and kubeconfigs.
+    /// The server the lab runner started on the host for this run: its
+    /// kubeconfigs (for the guest's address of the host) are in the folder
+    /// named by `PILLAR_LAB_KUBE`. It is not stopped when dropped.
+    pub fn lab() -> Result<Self> {
+        let dir = std::env::var_os("PILLAR_LAB_KUBE").ok_or(
+            "PILLAR_LAB_KUBE is not set: the lab runner starts the API server for the demo, \
+             a run without a filter and a filter selecting claim_ tests (or LAB_APISERVER=1)",
+        )?;
+        Ok(ApiServer {
+            dir: dir.into(),
+            owned: None,
+        })
+    }
+
+    /// The folder holding the server's kubeconfigs (and, for a server this
+    /// process started, its data and logs).
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        &self.dir
     }
 
     /// The admin kubeconfig (group `system:masters`).
     pub fn kubeconfig(&self) -> PathBuf {
-        self.dir.path().join("kubeconfig")
+        self.dir.join("kubeconfig")
     }
 
     /// The kubeconfig of ServiceAccount `pillar-csi:<account>`.
     pub fn kubeconfig_of(&self, account: &str) -> PathBuf {
-        self.dir.path().join(format!("kubeconfig-{account}"))
+        self.dir.join(format!("kubeconfig-{account}"))
     }
 
     /// A client from a kubeconfig file.
@@ -194,12 +217,14 @@ impl ApiServer {
                 ..Default::default()
             }]),
         };
-        let pp = PostParams::default();
+        // Server-side apply: a server shared by several tests of a lab run
+        // keeps one role and one binding.
+        let pp = PatchParams::apply("pillar-csi-test").force();
         Api::<ClusterRole>::all(admin.clone())
-            .create(&pp, &role)
+            .patch(name, &pp, &Patch::Apply(&role))
             .await?;
         Api::<ClusterRoleBinding>::all(admin)
-            .create(&pp, &binding)
+            .patch(name, &pp, &Patch::Apply(&binding))
             .await?;
         let client = Self::client_from(&self.kubeconfig_of(name)).await?;
         // The RBAC authorizer learns new bindings through a watch: wait
@@ -222,8 +247,7 @@ impl ApiServer {
 
     /// The last lines of the server's log, for a failing test's message.
     pub fn log_tail(&self) -> String {
-        let log =
-            std::fs::read_to_string(self.dir.path().join("apiserver.log")).unwrap_or_default();
+        let log = std::fs::read_to_string(self.dir.join("apiserver.log")).unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
@@ -231,15 +255,18 @@ impl ApiServer {
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
+        if self.owned.is_none() {
+            return;
+        }
         let stopped = Command::new("bash")
             .arg(script())
             .arg("stop")
-            .arg(self.dir.path())
+            .arg(&self.dir)
             .status();
         if !matches!(stopped, Ok(s) if s.success()) {
             eprintln!(
                 "scripts/apiserver.sh stop {} failed: {stopped:?}",
-                self.dir.path().display()
+                self.dir.display()
             );
         }
     }

@@ -8,11 +8,18 @@
 //! uses the libraries), and data patterns written and read back.
 //!
 //! [`apiserver`] is the exception that runs on the host: a real
-//! kube-apiserver with etcd for the controller's tests.
+//! kube-apiserver with etcd for the controller's tests (the lab's own runs
+//! reach the one the lab runner starts on the host). [`claim_bed`],
+//! [`claim_life`], [`claim_cases`] and [`claim_witness`] are the cluster's whole storage path
+//! for the `claim_` lab tests and the demo.
 
 pub mod agent;
 pub mod apiserver;
 pub mod block;
+pub mod claim_bed;
+pub mod claim_cases;
+pub mod claim_life;
+pub mod claim_witness;
 pub mod cmd;
 pub mod csi;
 pub mod env;

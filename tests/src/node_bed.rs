@@ -380,8 +380,13 @@ pub fn records(state_dir: &Path) -> Result<usize> {
 
 /// Whether the node holds a connection to `v`'s target.
 pub fn connected(v: &Volume) -> bool {
-    let target = &v.context["target"];
-    if v.protocol == NVME {
+    connected_to(v.protocol == NVME, &v.context["target"])
+}
+
+/// Whether the node holds a connection to `target`: an NVMe subsystem NQN
+/// when `nvme`, else an iSCSI target IQN.
+pub fn connected_to(nvme: bool, target: &str) -> bool {
+    if nvme {
         !controllers_of(target).is_empty()
     } else {
         iscsi_session(target)

@@ -1,7 +1,8 @@
 //! Reaching agents: one gRPC channel per PillarAgent (address, port, TLS
 //! server name), with rustls mTLS from the controller's certificate.
 use super::error::{Error, Result};
-use api::crd::PillarAgent;
+use api::crd::{PillarAgent, PillarVolumeState};
+use pillar_csi_proto::agent::v1 as pb;
 use pillar_csi_proto::agent::v1::agent_service_client::AgentServiceClient;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -132,5 +133,36 @@ impl AgentClient {
             agent: self.name.clone(),
             status,
         }
+    }
+
+    /// Ends the agent's lifecycle of a record's volume under the record's
+    /// fence token: ReleaseVolume (the volume stays, as it was found) when
+    /// `release`, else DeleteVolume (the volume is destroyed).
+    pub async fn end_lifecycle(&mut self, state: &PillarVolumeState, release: bool) -> Result<()> {
+        let fence = Some(super::state::fence(state, super::state::generation(state)));
+        let volume_id = state.spec.agent_volume_id.clone();
+        let backend_type = super::backend_type(state.spec.backend_type);
+        if release {
+            let request = pb::ReleaseVolumeRequest {
+                volume_id,
+                backend_type,
+                fence,
+            };
+            self.client
+                .release_volume(request)
+                .await
+                .map_err(self.fail())?;
+        } else {
+            let request = pb::DeleteVolumeRequest {
+                volume_id,
+                backend_type,
+                fence,
+            };
+            self.client
+                .delete_volume(request)
+                .await
+                .map_err(self.fail())?;
+        }
+        Ok(())
     }
 }

@@ -253,35 +253,14 @@ impl Controller {
         };
         let agent = self.agent_of(&state).await?;
         let mut client = self.agents.client(&agent)?;
-        let token = Some(fence(&state, generation(&state)));
-        let backend = backend_type(state.spec.backend_type);
-        let volume = state.spec.agent_volume_id.clone();
         let preserved = state
             .spec
             .lvm_source
             .as_ref()
             .is_some_and(|s| s.preserve_original);
-        if preserved || incomplete {
-            client
-                .client
-                .release_volume(agent::ReleaseVolumeRequest {
-                    volume_id: volume,
-                    backend_type: backend,
-                    fence: token,
-                })
-                .await
-                .map_err(client.fail())?;
-        } else {
-            client
-                .client
-                .delete_volume(agent::DeleteVolumeRequest {
-                    volume_id: volume,
-                    backend_type: backend,
-                    fence: token,
-                })
-                .await
-                .map_err(client.fail())?;
-        }
+        client
+            .end_lifecycle(&state, preserved || incomplete)
+            .await?;
         self.reservations.release_for(&state).await?;
         self.states.delete(&state).await
     }

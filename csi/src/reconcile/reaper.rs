@@ -32,7 +32,7 @@
 //! for the next pass (the reason goes to the record's `status.message`).
 use super::Reconcilers;
 use crate::controller::error::Error;
-use crate::controller::{backend_type, recovery, state};
+use crate::controller::recovery;
 use api::crd::{PillarAgent, PillarVolumeReservation, PillarVolumeState, VolumePhase};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -159,30 +159,9 @@ impl Reconcilers {
             .into_inner()
             .volumes;
         if held_by(&held, record) {
-            let token = Some(state::fence(record, state::generation(record)));
-            let volume_id = record.spec.agent_volume_id.clone();
-            let backend = backend_type(record.spec.backend_type);
-            if record.spec.imported_from.is_some() || record.spec.lvm_source.is_some() {
-                client
-                    .client
-                    .release_volume(pb::ReleaseVolumeRequest {
-                        volume_id,
-                        backend_type: backend,
-                        fence: token,
-                    })
-                    .await
-                    .map_err(client.fail())?;
-            } else {
-                client
-                    .client
-                    .delete_volume(pb::DeleteVolumeRequest {
-                        volume_id,
-                        backend_type: backend,
-                        fence: token,
-                    })
-                    .await
-                    .map_err(client.fail())?;
-            }
+            // Never destroyed here: an import is only released.
+            let import = record.spec.imported_from.is_some() || record.spec.lvm_source.is_some();
+            client.end_lifecycle(record, import).await?;
         }
         let reservations = Api::<PillarVolumeReservation>::all(self.client.clone());
         let owned = reservations
