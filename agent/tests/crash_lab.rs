@@ -6,7 +6,8 @@
 //! before the operation is intact. Prints the matrix (operations × points).
 //!
 //! By default each operation is killed once, after its mark is committed
-//! (the reply lost); `PILLAR_CRASH_FULL=1` in the guest's environment runs
+//! (the reply lost); `PILLAR_CRASH_FULL=1 tests/lab/run tests -- crash_` (the
+//! runner passes it into the guest) runs
 //! every point each operation passes (found by a traced run first).
 //!
 //! Run with `tests/lab/run tests -- crash_`. One parent dataset and one agent
