@@ -263,10 +263,21 @@ impl AgentProcess {
         }
         cmd.args(&c.extra_args);
         cmd.envs(c.env.iter().map(|(k, v)| (k, v)));
-        let log = fs::OpenOptions::new()
+        let mut log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&c.log)?;
+        // The agent's own first line ("agent starting") follows: the gap is
+        // the time to exec the binary and load its libraries.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+        std::io::Write::write_all(
+            &mut log,
+            format!(
+                "lab: spawning the agent at unix time {:.3}\n",
+                now.as_secs_f64()
+            )
+            .as_bytes(),
+        )?;
         let child = cmd
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
