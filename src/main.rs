@@ -129,6 +129,9 @@ fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
 }
 
 fn run_agent(args: AgentArgs) -> Result<(), String> {
+    // The first line of the log: how long the start-up steps after it take
+    // is read from the timestamps of the lines that follow.
+    tracing::info!(pid = std::process::id(), "agent starting");
     let config = agent_config(args)?;
     pillar_csi_agent::crash::arm();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -89,6 +89,11 @@ pub struct Fence {
     /// retries; recorded only when that DeleteVolume destroyed the volume or
     /// found none to destroy (not for a PreserveOriginal LV).
     pub deleted_by: Option<Token>,
+    /// The ReleaseVolume token that ended the last lifecycle, for identical
+    /// retries (a release whose reply was lost is repeated by the
+    /// controller, and must succeed without touching anything).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_by: Option<Token>,
 }
 
 /// What an admitted request may do.
@@ -100,6 +105,8 @@ pub enum Admission {
     Continues,
     /// The request repeats the DeleteVolume that ended the lifecycle: succeed, touch nothing.
     RepeatsDelete,
+    /// The request repeats the ReleaseVolume that ended the lifecycle: succeed, touch nothing.
+    RepeatsRelease,
 }
 
 /// Whether the request is a DeleteVolume (the only call an ended lifecycle may repeat).
@@ -107,6 +114,8 @@ pub enum Admission {
 pub enum Call {
     /// DeleteVolume.
     Delete,
+    /// ReleaseVolume.
+    Release,
     /// Any other mutating call.
     Other,
 }
@@ -129,6 +138,9 @@ impl Fence {
         if self.ended_uids.contains(&token.volume_uid) {
             if call == Call::Delete && self.deleted_by.as_ref() == Some(token) {
                 return Ok((self.clone(), Admission::RepeatsDelete));
+            }
+            if call == Call::Release && self.released_by.as_ref() == Some(token) {
+                return Ok((self.clone(), Admission::RepeatsRelease));
             }
             return Err(FenceError::Ended {
                 volume_id: volume_id.to_owned(),
@@ -173,6 +185,16 @@ impl Fence {
             next.ended_uids.insert(live.volume_uid);
         }
         next.deleted_by = deleted_by;
+        next.released_by = None;
+        next
+    }
+
+    /// The fence after ReleaseVolume with `token` ends the live lifecycle:
+    /// an identical retry of that release is admitted as
+    /// [`Admission::RepeatsRelease`].
+    pub fn end_released(&self, token: Option<Token>) -> Fence {
+        let mut next = self.end(None);
+        next.released_by = token;
         next
     }
 }

@@ -12,6 +12,7 @@
 //! - [`service`]: the operations, independent of gRPC;
 //! - [`recovery`]: the signed evidence of metadata-loss recovery and its rules;
 //! - [`crash`]: test-only named crash points (feature `crash-points`);
+//!   [`invariants`]: the node's invariants checked over what was read of it;
 //! - [`grpc`]: the tonic service; [`error`]: the one mapping to status codes;
 //! - [`limits`]: message size, requests in flight and deadlines of the server;
 //! - [`config`] and [`server`]: configuration, start-up reconciliation,
@@ -25,6 +26,7 @@ pub mod error;
 pub mod export;
 pub mod fence;
 pub mod grpc;
+pub mod invariants;
 pub mod limits;
 pub mod locks;
 pub mod marks;

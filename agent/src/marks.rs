@@ -19,7 +19,8 @@ use std::{
 
 /// The format version written in every mark.
 pub const MARK_VERSION: u32 = 1;
-const SUFFIX: &str = ".mark.json";
+/// The file name suffix of a mark (`<encoded volume ID>.mark.json`).
+pub const SUFFIX: &str = ".mark.json";
 /// The longest encoded file name (stays under the usual 255-byte limit).
 const MAX_FILE_NAME: usize = 250;
 
@@ -354,7 +355,29 @@ impl MarkStore {
                 sync_dir(parent)?;
             }
         }
-        Ok(Self { dir })
+        let store = Self { dir };
+        store.remove_stale_temporaries()?;
+        Ok(store)
+    }
+
+    /// Removes the temporary files of writes a killed process never renamed
+    /// into place (this process has written none yet): they are no marks,
+    /// and nothing else would ever remove them.
+    fn remove_stale_temporaries(&self) -> Result<(), MarkError> {
+        let mut removed = false;
+        for entry in fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
+            let entry = entry.map_err(io_err(&self.dir))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                let path = entry.path();
+                fs::remove_file(&path).map_err(io_err(&path))?;
+                removed = true;
+            }
+        }
+        if removed {
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
     }
 
     /// The folder.
@@ -424,6 +447,7 @@ impl MarkStore {
             f.write_all(&body).map_err(io_err(&tmp))?;
             f.sync_all().map_err(io_err(&tmp))?;
         }
+        crate::crash::point("mark-written-unrenamed");
         fs::rename(&tmp, &path).map_err(io_err(&path))?;
         sync_dir(&self.dir).map_err(|e| match e {
             MarkError::Io { path, source } => MarkError::Unsynced { path, source },
@@ -521,6 +545,24 @@ mod tests {
             store.load(&"x".repeat(300)),
             Err(MarkError::TooLong(_))
         ));
+        Ok(())
+    }
+
+    #[test]
+    fn a_killed_write_leaves_no_temporary_file_after_a_restart(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        // The agent killed between the temporary file and its rename (the
+        // crash point `mark-written-unrenamed`) left `.<mark>.<pid>.<n>.tmp`;
+        // the next start removes it and keeps the marks.
+        let dir = tempfile::tempdir()?;
+        let store = MarkStore::open(dir.path())?;
+        store.save(&FenceMark::new("tank/v"))?;
+        let stale = dir.path().join(".tank%2Fv.mark.json.4242.0.tmp");
+        fs::write(&stale, b"{\"half")?;
+        let store = MarkStore::open(dir.path())?;
+        assert!(!stale.exists());
+        assert_eq!(store.volume_ids()?, vec!["tank/v".to_owned()]);
+        assert_eq!(fs::read_dir(dir.path())?.count(), 1);
         Ok(())
     }
 

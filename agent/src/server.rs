@@ -46,11 +46,13 @@ pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, Serv
                 let handle = match &zfs {
                     Some(h) => Arc::clone(h),
                     None => {
+                        let started = std::time::Instant::now();
                         let h = Arc::new(
                             sys::zfs::Zfs::open()
                                 .map_err(|e| ServeError::Startup(e.to_string()))?,
                         );
-                        info!(userland = %h.versions().userland, kernel = %h.versions().kernel, "ZFS opened");
+                        info!(userland = %h.versions().userland, kernel = %h.versions().kernel,
+                            open_ms = started.elapsed().as_millis() as u64, "ZFS opened");
                         zfs = Some(Arc::clone(&h));
                         h
                     }

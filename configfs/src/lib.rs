@@ -47,4 +47,4 @@ mod tree;
 pub use component::{Component, NameError};
 pub use error::{Error, StepKind};
 pub use folder::Folder;
-pub use tree::{Step, Tree};
+pub use tree::{Step, StepHook, Tree};

@@ -9,6 +9,7 @@ use std::{
     io::{self, Write},
     os::unix::fs::symlink,
     path::{Component as PathComponent, Path, PathBuf},
+    sync::Arc,
 };
 
 /// One change to a configfs tree, with paths relative to the tree's root.
@@ -65,10 +66,24 @@ impl Step {
     }
 }
 
+/// Called after each step a [`Tree`] runs succeeds: a test build's crash
+/// points observe the plan step by step without this crate knowing them.
+pub type StepHook = Arc<dyn Fn(&Step) + Send + Sync>;
+
 /// A configfs tree (for example `/sys/kernel/config/nvmet`).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Tree {
     root: PathBuf,
+    hook: Option<StepHook>,
+}
+
+impl std::fmt::Debug for Tree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tree")
+            .field("root", &self.root)
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
 }
 
 impl Tree {
@@ -95,13 +110,22 @@ impl Tree {
                 root,
             });
         }
-        Ok(Self { root })
+        Ok(Self { root, hook: None })
     }
 
     /// A tree at `root` without checking for a configfs mount: for tools that
     /// inspect a copy of a tree, and for tests.
     pub fn at(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            hook: None,
+        }
+    }
+
+    /// The tree calling `hook` after every step it runs succeeds.
+    pub fn with_step_hook(mut self, hook: StepHook) -> Self {
+        self.hook = Some(hook);
+        self
     }
 
     /// The root folder.
@@ -122,7 +146,13 @@ impl Tree {
 
     /// Runs `steps` in order, stopping at the first refused one.
     pub fn run(&self, steps: &[Step]) -> Result<(), Error> {
-        steps.iter().try_for_each(|s| self.run_step(s))
+        steps.iter().try_for_each(|s| {
+            self.run_step(s)?;
+            if let Some(hook) = &self.hook {
+                hook(s);
+            }
+            Ok(())
+        })
     }
 
     fn run_step(&self, step: &Step) -> Result<(), Error> {

@@ -129,6 +129,18 @@ impl Lio {
         self
     }
 
+    /// The index of every iblock HBA folder (`core/iblock_<n>`), holding a
+    /// storage object or not.
+    pub fn hbas(&self) -> Result<std::collections::BTreeSet<u32>, Error> {
+        read::used_hba_indexes(&self.tree)
+    }
+
+    /// The handle calling `hook` after every configfs step it runs.
+    pub fn with_step_hook(mut self, hook: configfs::StepHook) -> Self {
+        self.tree = self.tree.with_step_hook(hook);
+        self
+    }
+
     /// The configfs tree this handle writes.
     pub fn tree(&self) -> &Tree {
         &self.tree
@@ -162,6 +174,7 @@ impl Lio {
             .any(|n| !present.storage_objects.contains_key(n));
         let _lock = if creates {
             let lock = BackstoreLock::take(&self.lock_file)?;
+            self.remove_empty_hbas()?;
             present = self.read_scoped(desired)?;
             Some(lock)
         } else {
@@ -187,6 +200,21 @@ impl Lio {
                 }
             }
         }
+    }
+
+    /// Removes the iblock HBA folders that hold no storage object: a
+    /// creation interrupted between the HBA and its object (the process
+    /// killed) leaves one, which nothing else would remove and whose index
+    /// stays taken. Called with the backstore lock held, so no writer that
+    /// takes the lock is between those two steps.
+    fn remove_empty_hbas(&self) -> Result<(), Error> {
+        for name in self.tree.children("core")? {
+            let dir = format!("core/{name}");
+            if name.starts_with("iblock_") && self.tree.children(&dir)?.is_empty() {
+                self.tree.run(&[Step::rmdir(dir)])?;
+            }
+        }
+        Ok(())
     }
 
     /// The lowest free HBA indexes for the desired storage objects that are
@@ -339,6 +367,40 @@ mod tests {
             "the refused new object was removed again"
         );
         assert!(dir.path().join("lock").exists());
+        Ok(())
+    }
+
+    #[test]
+    fn an_empty_iblock_hba_left_by_a_crash_is_removed_and_its_index_reused(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        // A crash between `mkdir core/iblock_1` and its storage object left
+        // the HBA empty; the next creation removes it (holding the lock) and
+        // takes the lowest free index again, 1, not 2. Other HBAs stay.
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().join("target");
+        fs::create_dir_all(root.join("core/iblock_0/theirs"))?;
+        fs::create_dir_all(root.join("core/iblock_1"))?;
+        fs::create_dir_all(root.join("core/fileio_3"))?;
+        let lio = Lio::with_tree(Tree::at(&root)).with_lock_file(dir.path().join("lock"));
+        let mut desired = State::default();
+        desired.storage_objects.insert(
+            StorageObjectName::new("mine")?,
+            StorageObject {
+                udev_path: "/dev/zd0".into(),
+                ..Default::default()
+            },
+        );
+        let err = lio
+            .apply(&desired)
+            .err()
+            .ok_or("write into a missing file succeeded")?;
+        assert!(
+            err.to_string().contains("core/iblock_1/mine/control"),
+            "{err}"
+        );
+        assert!(!root.join("core/iblock_1").exists(), "{err}");
+        assert!(root.join("core/iblock_0/theirs").exists());
+        assert!(root.join("core/fileio_3").exists(), "only iblock HBAs");
         Ok(())
     }
 

@@ -82,6 +82,17 @@ impl Nvmet {
         })
     }
 
+    /// A handle on an already opened tree (for example [`Tree::at`] a copy).
+    pub fn with_tree(tree: Tree) -> Self {
+        Self { tree }
+    }
+
+    /// The handle calling `hook` after every configfs step it runs.
+    pub fn with_step_hook(mut self, hook: configfs::StepHook) -> Self {
+        self.tree = self.tree.with_step_hook(hook);
+        self
+    }
+
     /// The configfs tree this handle writes.
     pub fn tree(&self) -> &Tree {
         &self.tree

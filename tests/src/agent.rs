@@ -222,6 +222,12 @@ impl AgentProcess {
     }
 
     async fn spawn(&mut self) -> Result<()> {
+        self.spawn_child()?;
+        self.health = self.wait_healthy().await?;
+        Ok(())
+    }
+
+    fn spawn_child(&mut self) -> Result<()> {
         self.addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let c = &self.config;
         let mut cmd = Command::new(match &c.binary {
@@ -257,10 +263,21 @@ impl AgentProcess {
         }
         cmd.args(&c.extra_args);
         cmd.envs(c.env.iter().map(|(k, v)| (k, v)));
-        let log = fs::OpenOptions::new()
+        let mut log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&c.log)?;
+        // The agent's own first line ("agent starting") follows: the gap is
+        // the time to exec the binary and load its libraries.
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+        std::io::Write::write_all(
+            &mut log,
+            format!(
+                "lab: spawning the agent at unix time {:.3}\n",
+                now.as_secs_f64()
+            )
+            .as_bytes(),
+        )?;
         let child = cmd
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
@@ -269,7 +286,6 @@ impl AgentProcess {
             .spawn()
             .map_err(|e| format!("starting the agent: {e}"))?;
         self.child = Some(child);
-        self.health = self.wait_healthy().await?;
         Ok(())
     }
 
@@ -363,6 +379,14 @@ impl AgentProcess {
     pub async fn restart(&mut self) -> Result<()> {
         self.kill()?;
         self.spawn().await
+    }
+
+    /// Starts the agent again like [`AgentProcess::restart`] without
+    /// waiting for it to answer: a crash point in start-up reconciliation
+    /// stops it before it serves.
+    pub fn restart_unanswered(&mut self) -> Result<()> {
+        self.kill()?;
+        self.spawn_child()
     }
 
     /// The whole log so far.

@@ -702,10 +702,15 @@ async fn fence_nvme_restart_cuts_off_a_host_its_mark_denies() -> Result<()> {
     v.deny(NVME, &a, 2).await?;
     v.agent.kill()?;
     let target = nvmet::Nvmet::open()?;
-    target.tree().run(&[nvmet::Step::symlink(
-        format!("hosts/{a}"),
-        format!("subsystems/{nqn}/allowed_hosts/{a}"),
-    )])?;
+    // The deny removed A's host object too (no subsystem allowed it any more).
+    assert!(!target.tree().exists(&format!("hosts/{a}")));
+    target.tree().run(&[
+        nvmet::Step::mkdir(format!("hosts/{a}")),
+        nvmet::Step::symlink(
+            format!("hosts/{a}"),
+            format!("subsystems/{nqn}/allowed_hosts/{a}"),
+        ),
+    ])?;
     wait_settled(&nqn)?;
     let conn_a = connect(&nqn, &a)?;
     let dev_a = conn_a.own_namespace_device(1)?;

@@ -25,6 +25,10 @@ pub struct LioExporter {
 impl LioExporter {
     /// An exporter on `target` whose portals listen on `listener`.
     pub fn new(target: Lio, listener: Listener) -> Self {
+        #[cfg(feature = "crash-points")]
+        let target = target.with_step_hook(std::sync::Arc::new(|s| {
+            crate::crash::configfs_step(crate::crash::Target::Lio, s)
+        }));
         Self {
             target,
             listener,
@@ -32,7 +36,8 @@ impl LioExporter {
         }
     }
 
-    fn names(volume: &VolumeId) -> Result<(Iqn, StorageObjectName), AgentError> {
+    /// The target IQN and the storage object name of a volume.
+    pub fn names(volume: &VolumeId) -> Result<(Iqn, StorageObjectName), AgentError> {
         let suffix = volume.target_suffix();
         let iqn = Iqn::new(&format!("{IQN_PREFIX}{suffix}"))
             .map_err(|e| AgentError::InvalidArgument(e.to_string()))?;

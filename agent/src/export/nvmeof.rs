@@ -2,7 +2,7 @@
 use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, Teardown};
-use std::{path::Path, sync::Mutex};
+use std::{collections::BTreeSet, path::Path, sync::Mutex};
 use tracing::info;
 
 /// The NQN prefix of every subsystem this agent makes.
@@ -24,6 +24,10 @@ pub struct NvmetExporter {
 impl NvmetExporter {
     /// An exporter on `target` listening on `listener` through port `port`.
     pub fn new(target: Nvmet, listener: Listener, port: PortId) -> Self {
+        #[cfg(feature = "crash-points")]
+        let target = target.with_step_hook(std::sync::Arc::new(|s| {
+            crate::crash::configfs_step(crate::crash::Target::Nvmet, s)
+        }));
         Self {
             target,
             listener,
@@ -63,6 +67,42 @@ impl NvmetExporter {
                 .collect(),
             _ => Vec::new(),
         })
+    }
+
+    /// The hosts subsystem `nqn` allows now, as configfs lists them.
+    fn allowed_hosts(&self, nqn: &Nqn) -> Result<BTreeSet<Nqn>, AgentError> {
+        let names = self
+            .target
+            .tree()
+            .children(&format!("subsystems/{nqn}/allowed_hosts"))
+            .map_err(nvmet::Error::from)?;
+        Ok(names.iter().filter_map(|h| Nqn::new(h).ok()).collect())
+    }
+
+    /// Removes the host objects among `candidates` (hosts a subsystem of
+    /// this agent stopped allowing) that no subsystem allows any more, so
+    /// an unexport or a narrowed ACL leaves no orphaned host behind.
+    fn remove_unused_hosts(&self, candidates: BTreeSet<Nqn>) -> Result<(), AgentError> {
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let tree = self.target.tree();
+        let subsystems = tree.children("subsystems").map_err(nvmet::Error::from)?;
+        let unused: BTreeSet<Nqn> = candidates
+            .into_iter()
+            .filter(|h| {
+                !subsystems
+                    .iter()
+                    .any(|s| tree.exists(&format!("subsystems/{s}/allowed_hosts/{h}")))
+            })
+            .collect();
+        if !unused.is_empty() {
+            self.target.teardown(&Teardown {
+                hosts: unused,
+                ..Default::default()
+            })?;
+        }
+        Ok(())
     }
 
     fn locked<T>(&self, f: impl FnOnce() -> Result<T, AgentError>) -> Result<T, AgentError> {
@@ -127,9 +167,13 @@ impl Exporter for NvmetExporter {
         // subsystem is unlinked from its port (the kernel deletes its
         // controllers there), its ACL changed, and linked back.
         let plan = self.locked(|| {
+            let before = self.allowed_hosts(&nqn)?;
             port.subsystems.extend(self.own_links_if_moving(&port)?);
             desired.ports.insert(self.port, port);
-            Ok(self.target.apply_revoking(&desired)?)
+            let plan = self.target.apply_revoking(&desired)?;
+            let now = self.allowed_hosts(&nqn)?;
+            self.remove_unused_hosts(before.difference(&now).cloned().collect())?;
+            Ok(plan)
         })?;
         if !plan.cut_off.is_empty() {
             info!(volume = %volume, subsystem = %nqn, "controllers cut off: access narrowed, subsystem relinked to its ports");
@@ -144,11 +188,12 @@ impl Exporter for NvmetExporter {
     fn unexport(&self, volume: &VolumeId) -> Result<(), AgentError> {
         let nqn = Self::nqn(volume)?;
         self.locked(|| {
+            let allowed = self.allowed_hosts(&nqn)?;
             self.target.teardown(&Teardown {
                 subsystems: [nqn].into(),
                 ..Default::default()
             })?;
-            Ok(())
+            self.remove_unused_hosts(allowed)
         })
     }
 
@@ -165,5 +210,59 @@ impl Exporter for NvmetExporter {
     fn health(&self) -> Result<(), AgentError> {
         Nvmet::open_at(self.target.tree().root())?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn hosts_no_subsystem_allows_any_more_are_removed() {
+        // A plain folder stands in for configfs (paths only): subsystem `t`
+        // still allows h2; h1 was allowed by a subsystem just torn down;
+        // h3 is not a candidate (another tool's, say) and stays.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for h in ["h1", "h2", "h3"] {
+            fs::create_dir_all(root.join(format!("hosts/nqn.2026-01.org.example:{h}"))).unwrap();
+        }
+        fs::create_dir_all(root.join("subsystems/nqn.2026-01.org.example:t/allowed_hosts"))
+            .unwrap();
+        let t_dir = root.join("subsystems/nqn.2026-01.org.example:t");
+        fs::write(t_dir.join("attr_allow_any_host"), "0\n").unwrap();
+        std::os::unix::fs::symlink(
+            root.join("hosts/nqn.2026-01.org.example:h2"),
+            root.join(
+                "subsystems/nqn.2026-01.org.example:t/allowed_hosts/nqn.2026-01.org.example:h2",
+            ),
+        )
+        .unwrap();
+        let exporter = NvmetExporter::new(
+            Nvmet::with_tree(configfs::Tree::at(root)),
+            Listener {
+                address: "127.0.0.1".parse().unwrap(),
+                port: 4420,
+            },
+            PortId(1),
+        );
+        let nqn = |h: &str| Nqn::new(&format!("nqn.2026-01.org.example:{h}")).unwrap();
+        let t = nqn("t");
+        assert_eq!(exporter.allowed_hosts(&t).unwrap(), [nqn("h2")].into());
+        exporter
+            .remove_unused_hosts([nqn("h1"), nqn("h2")].into())
+            .unwrap();
+        let left: Vec<_> = fs::read_dir(root.join("hosts"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(
+            left,
+            ["nqn.2026-01.org.example:h2", "nqn.2026-01.org.example:h3"]
+        );
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 /// The backend record of a pinned source.
-pub(super) fn pinned_record(pin: &AdoptedSource) -> BackendRecord {
+pub(crate) fn pinned_record(pin: &AdoptedSource) -> BackendRecord {
     match pin {
         AdoptedSource::Zvol { dataset } => BackendRecord::Zvol {
             dataset: dataset.clone(),
@@ -86,7 +86,11 @@ impl Agent {
         let backend = self.backend(&id, kind)?;
         let token = token.cloned();
         self.detached(move |agent| async move {
-            let mut txn = agent.begin(&id, token.as_ref(), Call::Other).await?;
+            let mut txn = agent.begin(&id, token.as_ref(), Call::Release).await?;
+            if txn.admission == Admission::RepeatsRelease {
+                // The release whose reply was lost: it is done.
+                return Ok(());
+            }
             if let Some(pin) = txn.mark.adopted.clone().filter(AdoptedSource::preserves) {
                 agent
                     .verify_preserved_idle(&id, &backend, &pin, &txn.mark)
@@ -94,7 +98,8 @@ impl Agent {
             } else {
                 agent.unexport_all(&id).await?;
             }
-            txn.mark.fence = txn.mark.fence.end(None);
+            crate::crash::point("release-unexported");
+            txn.mark.fence = txn.mark.fence.end_released(token);
             txn.mark.exports.clear();
             if txn.mark.adopted.is_some() {
                 txn.mark.backend = None;
@@ -237,6 +242,7 @@ impl Agent {
         }
         let vid = id.clone();
         let (record, state) = blocking(move || backend.import(&vid, &source, bytes)).await?;
+        crate::crash::point("import-backend-done");
         // The spec's `blkid -p` signature probe, read-only and in-process.
         // It refuses nothing: what it found is recorded with the pin.
         let device = state.device_path.clone();

@@ -176,3 +176,70 @@ async fn an_import_records_the_signature_probe() -> Result<(), AgentError> {
     }
     Ok(())
 }
+
+/// A ReleaseVolume whose reply was lost (the agent killed after its mark was
+/// committed; the crash matrix's `mark-committed` case) is repeated by the
+/// controller with the same token: it succeeds and changes nothing. Another
+/// request of the ended lifecycle is still refused.
+#[tokio::test]
+async fn a_repeated_release_succeeds_and_changes_nothing() -> Result<(), AgentError> {
+    let f = fixture();
+    let a = &f.agent;
+    a.create_volume(
+        "tank/r",
+        None,
+        10,
+        CreateOptions::default(),
+        tok("u1", 1).as_ref(),
+    )
+    .await?;
+    a.export_volume(
+        "tank/r",
+        None,
+        Protocol::NvmeofTcp,
+        acl(),
+        tok("u1", 1).as_ref(),
+    )
+    .await?;
+    a.release_volume("tank/r", None, tok("u1", 1).as_ref())
+        .await?;
+    let file = a.marks().dir().join(format!(
+        "{}{}",
+        crate::marks::encode("tank/r"),
+        crate::marks::SUFFIX
+    ));
+    let committed = std::fs::read(&file).map_err(|e| AgentError::Internal(e.to_string()))?;
+    a.release_volume("tank/r", None, tok("u1", 1).as_ref())
+        .await?;
+    assert_eq!(
+        std::fs::read(&file).map_err(|e| AgentError::Internal(e.to_string()))?,
+        committed,
+        "the repeat wrote nothing"
+    );
+    // Another generation of the ended lifecycle, or an export, is refused.
+    for refused in [
+        a.release_volume("tank/r", None, tok("u1", 2).as_ref())
+            .await,
+        a.export_volume(
+            "tank/r",
+            None,
+            Protocol::NvmeofTcp,
+            acl(),
+            tok("u1", 1).as_ref(),
+        )
+        .await
+        .map(drop),
+    ] {
+        let e = refused.expect_err("ended");
+        assert!(e.to_string().contains("has ended"), "{e}");
+    }
+    // A new lifecycle's DeleteVolume ends the release's retry window.
+    a.delete_volume("tank/r", None, tok("u2", 1).as_ref())
+        .await?;
+    let e = a
+        .release_volume("tank/r", None, tok("u1", 1).as_ref())
+        .await
+        .expect_err("ended");
+    assert!(e.to_string().contains("has ended"), "{e}");
+    Ok(())
+}

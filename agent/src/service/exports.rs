@@ -77,7 +77,9 @@ impl Agent {
     ) -> Result<ExportInfo, AgentError> {
         let exporter = self.exporter(protocol)?;
         let (vid, dev, rec) = (id.clone(), device.device_path.clone(), record.clone());
-        blocking(move || exporter.export(&vid, &dev, &rec)).await
+        let info = blocking(move || exporter.export(&vid, &dev, &rec)).await?;
+        crate::crash::point("export-applied");
+        Ok(info)
     }
 
     /// Applies `record`; when that fails, puts back `previous` (the recorded
@@ -203,6 +205,7 @@ impl Agent {
             let mut txn = agent.begin(&id, token.as_ref(), Call::Other).await?;
             let vid = id.clone();
             blocking(move || exporter.unexport(&vid)).await?;
+            crate::crash::point("unexport-done");
             txn.mark.exports.remove(protocol.as_str());
             txn.commit().await
         })

@@ -36,6 +36,7 @@ mod recovery;
 mod txn;
 mod volumes;
 
+pub(crate) use adoption::pinned_record as pinned;
 pub use inspect::{Inspection, ObservedExport};
 pub use reconcile::Reconciled;
 pub use recovery::Transfer;

@@ -63,10 +63,12 @@ impl Agent {
         let Some(mark) = blocking(move || Ok(marks.load(&key)?)).await? else {
             return Ok(0);
         };
-        match (&mark.fence.live, &mark.backend) {
-            (Some(_), Some(location)) => self.export_all(&id, location, &mark).await,
-            _ => Ok(0),
-        }
+        let applied = match (&mark.fence.live, &mark.backend) {
+            (Some(_), Some(location)) => self.export_all(&id, location, &mark).await?,
+            _ => 0,
+        };
+        crate::crash::point("reconcile-volume-done");
+        Ok(applied)
     }
 
     /// ReconcileState: the controller's desired exports, each admitted by its token.

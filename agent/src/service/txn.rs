@@ -84,12 +84,16 @@ impl Txn {
         let (marks, mark) = (self.marks.clone(), self.mark.clone());
         blocking(move || Ok(marks.save(&mark)?)).await?;
         self.on_disk = Some(self.mark.clone());
+        crate::crash::point("mark-intent-saved");
         Ok(())
     }
 
     /// Writes `self.mark` durably and releases the lock.
-    pub async fn commit(mut self) -> Result<(), AgentError> {
-        self.save().await
+    pub async fn commit(self) -> Result<(), AgentError> {
+        let (marks, mark) = (self.marks.clone(), self.mark.clone());
+        blocking(move || Ok(marks.save(&mark)?)).await?;
+        crate::crash::point("mark-committed");
+        Ok(())
     }
 
     /// Writes `self.mark` and releases the lock; `Some(why)` when the new
@@ -97,12 +101,14 @@ impl Txn {
     /// unknown; nothing is rolled back).
     pub async fn commit_reporting(self) -> Result<Option<String>, AgentError> {
         let (marks, mark) = (self.marks.clone(), self.mark.clone());
-        blocking(move || match marks.save(&mark) {
+        let outcome = blocking(move || match marks.save(&mark) {
             Ok(()) => Ok(None),
             Err(e @ crate::marks::MarkError::Unsynced { .. }) => Ok(Some(e.to_string())),
             Err(e) => Err(e.into()),
         })
-        .await
+        .await?;
+        crate::crash::point("mark-committed");
+        Ok(outcome)
     }
 
     /// Puts `before` back on disk (`None`: removes the file) and releases
@@ -116,6 +122,8 @@ impl Txn {
             }
             Ok(())
         })
-        .await
+        .await?;
+        crate::crash::point("mark-restored");
+        Ok(())
     }
 }

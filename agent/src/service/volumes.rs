@@ -76,7 +76,10 @@ impl Agent {
         let created = blocking(move || b.create(&target, bytes, &options)).await;
         let backend_ms = backend_started.elapsed().as_millis();
         let (record, state) = match created {
-            Ok(done) => done,
+            Ok(done) => {
+                crate::crash::point("create-backend-done");
+                done
+            }
             Err(e) => {
                 if let Some(before) = before_intent {
                     // The intent is undone only when the backend shows no
@@ -169,6 +172,7 @@ impl Agent {
         let id = txn.id.clone();
         let mark = txn.mark.clone();
         self.unexport_all(&id).await?;
+        crate::crash::point("delete-unexported");
         txn.mark.exports.clear();
         if mark.adopted.as_ref().is_some_and(AdoptedSource::preserves) {
             // PreserveOriginal: the LV stays; only our records change. The
@@ -196,6 +200,7 @@ impl Agent {
             }
             return Err(e);
         }
+        crate::crash::point("delete-backend-done");
         txn.mark.backend = None;
         // The adopted volume is destroyed: its pin protects nothing any more.
         txn.mark.adopted = None;
@@ -239,6 +244,7 @@ impl Agent {
         }
         let record = recorded(&id, &txn.mark)?;
         let size = blocking(move || backend.expand(&record, bytes)).await?;
+        crate::crash::point("expand-backend-done");
         for protocol in txn.mark.exports.keys().filter_map(|p| Protocol::parse(p)) {
             let exporter = self.exporter(protocol)?;
             let vid = id.clone();

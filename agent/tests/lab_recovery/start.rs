@@ -176,7 +176,7 @@ async fn recovery_kill_after_the_rename_then_retry_is_already_committed() -> R {
     assert!(s
         .agent
         .log()
-        .contains("crash point transfer-after-rename armed"));
+        .contains("crash point transfer-after-rename@1 armed"));
 
     let request = signed.request(&s.id);
     let mut c = s.agent.client().await?;
