@@ -153,8 +153,6 @@ pub fn run(args: ControllerArgs) -> Result<(), String> {
     // kube's and tonic's rustls need one process-wide provider; an error
     // means one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let agents = Agents::new(tls.as_ref()).map_err(|e| e.to_string())?;
-    let reconcile_agents = Agents::new(tls.as_ref()).map_err(|e| e.to_string())?;
     let metrics_address = args
         .metrics_address
         .as_deref()
@@ -172,6 +170,12 @@ pub fn run(args: ControllerArgs) -> Result<(), String> {
     runtime.block_on(async {
         let client = kube_client(&args).await?;
         let metrics = Arc::new(Metrics::default());
+        let agents = Agents::new(tls.as_ref())
+            .map_err(|e| e.to_string())?
+            .with_metrics(metrics.clone());
+        let reconcile_agents = Agents::new(tls.as_ref())
+            .map_err(|e| e.to_string())?
+            .with_metrics(metrics.clone());
         let server = match metrics_address {
             Some(address) => {
                 let listener = metrics_http::bind(address).await?;

@@ -56,6 +56,8 @@ pub struct ClaimBed {
     pub agent: AgentProcess,
     /// `pillar-csi controller`.
     pub controller: CsiProcess,
+    /// Where it serves its metrics (`/metrics`).
+    pub controller_metrics: std::net::SocketAddr,
     /// `pillar-csi node`.
     pub plugin: NodePlugin,
     /// The node's CSI ID (from NodeGetInfo).
@@ -219,13 +221,15 @@ pub async fn apply_objects(admin: &kube::Client, prefix: &str, layout: &Layout) 
 /// Starts `pillar-csi controller` as ServiceAccount `pillar-csi-controller`
 /// of `server` (its socket and log `<dir>/<prefix>.controller.*`),
 /// presenting `client` to agents whose certificates `ca` signed, with a
-/// 2 s reconcile interval (StorageClasses appear quickly).
+/// 2 s reconcile interval (StorageClasses appear quickly), serving its
+/// metrics on `metrics`.
 pub async fn start_controller(
     server: &ApiServer,
     dir: &Path,
     prefix: &str,
     ca: &Ca,
     client: &Pem,
+    metrics: std::net::SocketAddr,
 ) -> Result<CsiProcess> {
     let args: Vec<OsString> = vec![
         "controller".into(),
@@ -239,6 +243,7 @@ pub async fn start_controller(
         ca.pem.cert.clone().into(),
         "--reconcile-interval".into(),
         "2s".into(),
+        format!("--metrics-address={metrics}").into(),
     ];
     CsiProcess::start(
         &args,
@@ -294,7 +299,16 @@ impl ClaimBed {
             thin_pool: lab.thin_pool.clone(),
         };
         let objects = apply_objects(&admin, prefix, &layout).await?;
-        let controller = start_controller(&server, &lab.work, prefix, &ca, &controller_pem).await?;
+        let controller_metrics = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let controller = start_controller(
+            &server,
+            &lab.work,
+            prefix,
+            &ca,
+            &controller_pem,
+            controller_metrics,
+        )
+        .await?;
         let plugin = NodePlugin::start(&lab, &format!("{prefix}-node")).await?;
         let node_id = plugin
             .node()
@@ -310,6 +324,7 @@ impl ClaimBed {
             parent,
             agent,
             controller,
+            controller_metrics,
             plugin,
             node_id,
             objects,

@@ -11,6 +11,7 @@ use crate::{
     block::pattern,
     claim_bed::{ClaimBed, Class},
     claim_cases::Legacy,
+    claim_requests::{self as requests, capability, range, ClaimRef},
     claim_witness::{self as witness, Export, Storage},
     csi::csi_pb as pb,
     node_bed::{connected_to, df_size, mounted},
@@ -20,14 +21,10 @@ use api::crd::VolumePhase;
 use api::tokens::Protocol;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, DeleteParams, PostParams};
-use std::{collections::HashMap, fs, io::Write, path::Path};
+use std::{fs, io::Write, path::Path};
 
 /// The namespace of the claims.
 pub const NAMESPACE: &str = "default";
-/// The prefix of the StorageClass parameters the external-provisioner
-/// keeps to itself (fsType, secrets), never passing them to CreateVolume.
-const RESERVED_PREFIX: &str = "csi.storage.k8s.io/";
-
 /// One claim: its class, size, and what happens to it.
 #[derive(Debug, Clone)]
 pub struct Claim {
@@ -58,26 +55,6 @@ impl Story {
     fn show(&self, what: &str) {
         println!("      {what}");
     }
-}
-
-fn capability(fs_type: &str) -> pb::VolumeCapability {
-    use pb::volume_capability::{access_mode::Mode, AccessMode, AccessType, MountVolume};
-    pb::VolumeCapability {
-        access_type: Some(AccessType::Mount(MountVolume {
-            fs_type: fs_type.to_owned(),
-            ..Default::default()
-        })),
-        access_mode: Some(AccessMode {
-            mode: Mode::SingleNodeWriter as i32,
-        }),
-    }
-}
-
-fn range(bytes: u64) -> Option<pb::CapacityRange> {
-    Some(pb::CapacityRange {
-        required_bytes: bytes as i64,
-        limit_bytes: 0,
-    })
 }
 
 /// Runs the claim's whole life on the bed, asserting each step.
@@ -151,22 +128,18 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
 
     // external-provisioner: CreateVolume with the class's parameters (less
     // the reserved ones) and the claim's metadata.
-    let mut parameters: HashMap<String, String> = params
-        .iter()
-        .filter(|(k, _)| !k.starts_with(RESERVED_PREFIX))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    parameters.insert("csi.storage.k8s.io/pvc/name".into(), claim.name.clone());
-    parameters.insert("csi.storage.k8s.io/pvc/namespace".into(), NAMESPACE.into());
-    parameters.insert("csi.storage.k8s.io/pv/name".into(), pv.clone());
+    let claim_ref = ClaimRef {
+        namespace: NAMESPACE,
+        name: &claim.name,
+        pv: &pv,
+    };
     let volume = controller
-        .create_volume(pb::CreateVolumeRequest {
-            name: pv.clone(),
-            capacity_range: range(claim.bytes),
-            volume_capabilities: vec![capability(fs_type)],
-            parameters,
-            ..Default::default()
-        })
+        .create_volume(requests::create_volume(
+            &params,
+            claim_ref,
+            claim.bytes,
+            fs_type,
+        ))
         .await?
         .into_inner()
         .volume
@@ -202,14 +175,7 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
 
     // external-attacher: ControllerPublishVolume to the node.
     let context = controller
-        .controller_publish_volume(pb::ControllerPublishVolumeRequest {
-            volume_id: handle.clone(),
-            node_id: bed.node_id.clone(),
-            volume_capability: Some(capability(fs_type)),
-            readonly: false,
-            volume_context: volume.volume_context.clone(),
-            ..Default::default()
-        })
+        .controller_publish_volume(requests::publish_volume(&volume, &bed.node_id, fs_type))
         .await?
         .into_inner()
         .publish_context;
@@ -251,15 +217,8 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
     // kubelet: NodeStageVolume, NodePublishVolume.
     let staging = bed.path("staging");
     let target = bed.path("target");
-    node.node_stage_volume(pb::NodeStageVolumeRequest {
-        volume_id: handle.clone(),
-        publish_context: context.clone(),
-        staging_target_path: staging.display().to_string(),
-        volume_capability: Some(capability(fs_type)),
-        volume_context: volume.volume_context.clone(),
-        ..Default::default()
-    })
-    .await?;
+    node.node_stage_volume(requests::stage_volume(&volume, &context, &staging, fs_type))
+        .await?;
     let line = mounted(&staging)?.ok_or("nothing mounted at the staging path")?;
     story.step(
         "kubelet",

@@ -19,6 +19,7 @@ pub mod block;
 pub mod claim_bed;
 pub mod claim_cases;
 pub mod claim_life;
+pub mod claim_requests;
 pub mod claim_witness;
 pub mod cmd;
 pub mod csi;

@@ -1,13 +1,15 @@
 //! Reaching agents: one gRPC channel per PillarAgent (address, port, TLS
 //! server name), with rustls mTLS from the controller's certificate.
 use super::error::{Error, Result};
+use super::timed::TimedChannel;
+use crate::metrics::Metrics;
 use api::crd::{PillarAgent, PillarVolumeState};
 use pillar_csi_proto::agent::v1 as pb;
 use pillar_csi_proto::agent::v1::agent_service_client::AgentServiceClient;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -36,6 +38,7 @@ struct TlsPem {
 pub struct Agents {
     tls: Option<TlsPem>,
     channels: Mutex<HashMap<String, (String, Channel)>>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// A client of one agent, and its name for messages.
@@ -43,7 +46,7 @@ pub struct AgentClient {
     /// The PillarAgent's name.
     pub name: String,
     /// The gRPC client.
-    pub client: AgentServiceClient<Channel>,
+    pub client: AgentServiceClient<TimedChannel>,
 }
 
 impl Agents {
@@ -65,7 +68,14 @@ impl Agents {
         Ok(Agents {
             tls,
             channels: Mutex::new(HashMap::new()),
+            metrics: None,
         })
+    }
+
+    /// Times every agent RPC into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     fn endpoint(&self, agent: &PillarAgent) -> Result<(String, Endpoint)> {
@@ -121,7 +131,7 @@ impl Agents {
         };
         Ok(AgentClient {
             name,
-            client: AgentServiceClient::new(channel),
+            client: AgentServiceClient::new(TimedChannel::new(channel, self.metrics.clone())),
         })
     }
 }

@@ -31,6 +31,7 @@ pub mod reservations;
 pub mod resolve;
 pub mod settings;
 pub mod state;
+pub mod timed;
 pub mod volumes;
 
 use agents::Agents;

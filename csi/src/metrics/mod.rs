@@ -5,6 +5,7 @@
 //! | --- | --- | --- | --- |
 //! | `pillar_csi_controller_rpc_total` | counter | `method`, `code` | CSI Controller RPCs answered, by gRPC code name (`OK`, `NotFound`, ...) |
 //! | `pillar_csi_controller_rpc_duration_seconds` | histogram | `method`, `code` | their latency |
+//! | `pillar_csi_agent_rpc_duration_seconds` | histogram | `method`, `code` | agent RPCs the controller and its reconcilers made, until the agent's answer arrived (every agent, by agent RPC method) |
 //! | `pillar_csi_agent_reachable` | gauge | `agent` | 1 when the agent's last HealthCheck answered healthy, else 0 |
 //! | `pillar_csi_reconcile_passes_total` | counter | `reconciler` | reconcile passes run |
 //! | `pillar_csi_reconcile_errors_total` | counter | `reconciler` | objects a pass could not reconcile |
@@ -32,9 +33,41 @@ struct Histogram {
     buckets: [u64; BUCKETS.len()],
 }
 
+impl Histogram {
+    fn observe(&mut self, took: Duration) {
+        let secs = took.as_secs_f64();
+        self.count += 1;
+        self.sum += secs;
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                self.buckets[i] += 1;
+            }
+        }
+    }
+}
+
+/// Histograms by `(method, code)`.
+type ByMethodAndCode = BTreeMap<(String, String), Histogram>;
+
+/// Writes the histogram family `name` with its `help` line.
+fn render_histograms(out: &mut String, name: &str, help: &str, family: &ByMethodAndCode) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} histogram");
+    for ((method, code), h) in family {
+        let labels = format!("method=\"{method}\",code=\"{code}\"");
+        for (bound, n) in BUCKETS.iter().zip(h.buckets.iter()) {
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {n}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+    }
+}
+
 #[derive(Default)]
 struct Inner {
-    rpcs: BTreeMap<(String, String), Histogram>,
+    rpcs: ByMethodAndCode,
+    agent_rpcs: ByMethodAndCode,
     agents: BTreeMap<String, bool>,
     passes: BTreeMap<String, u64>,
     errors: BTreeMap<String, u64>,
@@ -68,19 +101,21 @@ impl Metrics {
 
     /// Records one answered RPC.
     pub fn observe_rpc(&self, method: &str, code: tonic::Code, took: Duration) {
-        let secs = took.as_secs_f64();
         self.with(|m| {
-            let h = m
-                .rpcs
+            m.rpcs
                 .entry((method.to_owned(), code_name(code)))
-                .or_default();
-            h.count += 1;
-            h.sum += secs;
-            for (i, bound) in BUCKETS.iter().enumerate() {
-                if secs <= *bound {
-                    h.buckets[i] += 1;
-                }
-            }
+                .or_default()
+                .observe(took)
+        });
+    }
+
+    /// Records one agent RPC, from its call until the agent's answer.
+    pub fn observe_agent_rpc(&self, method: &str, code: tonic::Code, took: Duration) {
+        self.with(|m| {
+            m.agent_rpcs
+                .entry((method.to_owned(), code_name(code)))
+                .or_default()
+                .observe(took)
         });
     }
 
@@ -133,38 +168,18 @@ impl Metrics {
                     h.count
                 );
             }
-            let _ = writeln!(
-                out,
-                "# HELP pillar_csi_controller_rpc_duration_seconds CSI Controller RPC latency, by method and gRPC code."
+            render_histograms(
+                &mut out,
+                "pillar_csi_controller_rpc_duration_seconds",
+                "CSI Controller RPC latency, by method and gRPC code.",
+                &m.rpcs,
             );
-            let _ = writeln!(
-                out,
-                "# TYPE pillar_csi_controller_rpc_duration_seconds histogram"
+            render_histograms(
+                &mut out,
+                "pillar_csi_agent_rpc_duration_seconds",
+                "Agent RPC latency seen by the controller, by agent method and gRPC code.",
+                &m.agent_rpcs,
             );
-            for ((method, code), h) in &m.rpcs {
-                let labels = format!("method=\"{method}\",code=\"{code}\"");
-                for (bound, n) in BUCKETS.iter().zip(h.buckets.iter()) {
-                    let _ = writeln!(
-                        out,
-                        "pillar_csi_controller_rpc_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {n}"
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    "pillar_csi_controller_rpc_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
-                    h.count
-                );
-                let _ = writeln!(
-                    out,
-                    "pillar_csi_controller_rpc_duration_seconds_sum{{{labels}}} {}",
-                    h.sum
-                );
-                let _ = writeln!(
-                    out,
-                    "pillar_csi_controller_rpc_duration_seconds_count{{{labels}}} {}",
-                    h.count
-                );
-            }
             let _ = writeln!(
                 out,
                 "# HELP pillar_csi_agent_reachable 1 when the agent's last HealthCheck answered healthy."
@@ -247,5 +262,13 @@ mod tests {
         assert!(text.contains("pillar_csi_controller_rpc_duration_seconds_bucket{method=\"CreateVolume\",code=\"OK\",le=\"0.025\"} 1\n"));
         assert!(text.contains("pillar_csi_controller_rpc_duration_seconds_bucket{method=\"CreateVolume\",code=\"OK\",le=\"10\"} 2\n"));
         assert!(text.contains("pillar_csi_agent_reachable{agent=\"storage-\\\"1\\\"\"} 0\n"));
+        assert!(!text.contains("pillar_csi_agent_rpc_duration_seconds_count"));
+        m.observe_agent_rpc("CreateVolume", tonic::Code::Ok, Duration::from_millis(250));
+        m.observe_agent_rpc("CreateVolume", tonic::Code::Ok, Duration::from_millis(750));
+        let text = m.render();
+        assert!(text.contains(
+            "pillar_csi_agent_rpc_duration_seconds_sum{method=\"CreateVolume\",code=\"OK\"} 1\n"
+        ));
+        assert!(text.contains("pillar_csi_agent_rpc_duration_seconds_bucket{method=\"CreateVolume\",code=\"OK\",le=\"0.25\"} 1\n"));
     }
 }
