@@ -24,22 +24,34 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 
 /// Writes `data` at `offset` and flushes it to the device.
 pub fn write_at(dev: &Path, offset: u64, data: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new().write(true).open(dev)?;
-    f.seek(SeekFrom::Start(offset))?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    Ok(())
+    let write = || -> std::io::Result<()> {
+        let mut f = OpenOptions::new().write(true).open(dev)?;
+        f.seek(SeekFrom::Start(offset))?;
+        f.write_all(data)?;
+        f.sync_all()
+    };
+    write().map_err(|e| {
+        format!(
+            "write {} bytes at {offset} of {}: {e}",
+            data.len(),
+            dev.display()
+        )
+        .into()
+    })
 }
 
 /// Reads `len` bytes at `offset`, after dropping the device's page cache so
 /// the bytes come from the device, not from an earlier read.
 pub fn read_at(dev: &Path, offset: u64, len: usize) -> Result<Vec<u8>> {
     crate::run("blockdev", &["--flushbufs", &dev.to_string_lossy()])?;
-    let mut f = OpenOptions::new().read(true).open(dev)?;
-    f.seek(SeekFrom::Start(offset))?;
-    let mut buf = vec![0; len];
-    f.read_exact(&mut buf)?;
-    Ok(buf)
+    let read = || -> std::io::Result<Vec<u8>> {
+        let mut f = OpenOptions::new().read(true).open(dev)?;
+        f.seek(SeekFrom::Start(offset))?;
+        let mut buf = vec![0; len];
+        f.read_exact(&mut buf)?;
+        Ok(buf)
+    };
+    read().map_err(|e| format!("read {len} bytes at {offset} of {}: {e}", dev.display()).into())
 }
 
 /// Waits until `path` exists, up to `timeout`.

@@ -196,8 +196,14 @@ impl Session {
                 {
                     continue;
                 }
-                let block = device.join(&target).join(&hctl).join("block");
-                if let Some(disk) = dir_names(&block)?.into_iter().next() {
+                // A disk not yet running (still probed, or offline from a
+                // session that is going away) answers open with ENXIO.
+                let scsi = device.join(&target).join(&hctl);
+                let state = fs::read_to_string(scsi.join("state")).unwrap_or_default();
+                if state.trim() != "running" {
+                    continue;
+                }
+                if let Some(disk) = dir_names(&scsi.join("block"))?.into_iter().next() {
                     return Ok(Some(PathBuf::from("/dev").join(disk)));
                 }
             }
@@ -218,8 +224,14 @@ fn dir_names(dir: &Path) -> Result<Vec<String>> {
 }
 
 impl Drop for Session {
+    /// Logs out and waits (up to 10 s) until the kernel no longer lists
+    /// the session, so a login that follows cannot find the old one.
     fn drop(&mut self) {
         let _ = run("iscsiadm", &self.node_args(&["-u"]));
         let _ = run("iscsiadm", &self.node_args(&["-o", "delete"]));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.sysfs().is_ok() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
