@@ -89,7 +89,10 @@ impl VolumeId {
                 _ => '-',
             })
             .collect();
-        format!("{folded}-{:08x}", fnv1a(self.id.as_bytes()) as u32)
+        format!(
+            "{folded}-{:08x}",
+            api::names::fnv1a(api::names::FNV1A_BASIS, self.id.as_bytes()) as u32
+        )
     }
 }
 
@@ -97,13 +100,6 @@ impl std::fmt::Display for VolumeId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.id)
     }
-}
-
-/// FNV-1a, 64 bits: stable across releases (the names it makes are durable).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// The start of a hostile string, for error messages (never echo 4 KiB back).

@@ -64,6 +64,9 @@ impl Error {
                 kube::Error::Api(s) if s.code == 409 => Code::Aborted,
                 kube::Error::Api(s) if s.code == 404 => Code::NotFound,
                 kube::Error::Api(s) if s.code == 403 => Code::PermissionDenied,
+                // The API server refused the object (a name or field it
+                // does not take): the request's fault, not an outage.
+                kube::Error::Api(s) if s.code == 422 => Code::InvalidArgument,
                 _ => Code::Unavailable,
             },
             Error::Agent { status, .. } => status.code(),

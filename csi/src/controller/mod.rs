@@ -25,6 +25,7 @@ pub mod error;
 pub mod events;
 pub mod import;
 pub mod listing;
+pub mod naming;
 pub mod publish;
 pub mod recovery;
 pub mod reservations;

@@ -21,32 +21,12 @@ pub struct Reservations {
     api: Api<PillarVolumeReservation>,
 }
 
-/// FNV-1a, 64 bits: a stable digest for names (not a security boundary;
-/// the reservation's spec names the volume in full and is compared).
-fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// The reservation's name for a volume of an agent: a readable part
-/// (lowercase letters, digits and `-`) and a digest of the exact pair, so
-/// that two volumes whose names differ only in case or punctuation never
-/// share one.
+/// The reservation's name for a volume of an agent: a readable part and a
+/// digest of the exact pair ([`super::naming::derived`]), so that two
+/// volumes whose names differ only in case or punctuation never share one
+/// (the reservation's spec names the volume in full and is compared).
 pub fn name_for(agent: &str, agent_volume_id: &str) -> String {
-    let readable: String = format!("{agent}-{agent_volume_id}")
-        .chars()
-        .map(|c| match c.to_ascii_lowercase() {
-            c @ ('a'..='z' | '0'..='9') => c,
-            _ => '-',
-        })
-        .take(200)
-        .collect();
-    let readable = readable.trim_matches('-');
-    format!(
-        "{readable}-{:016x}",
-        fnv1a(&format!("{agent}/{agent_volume_id}"))
-    )
+    super::naming::derived(&format!("{agent}/{agent_volume_id}"), 200)
 }
 
 impl Reservations {
@@ -173,6 +153,8 @@ mod tests {
             name_for("storage-1", "tank/a.b")
         );
         assert_eq!(a, name_for("storage-1", "tank/pvc-0d52:x_y.Z"));
+        // Names are durable: the same as every earlier release made.
+        assert_eq!(a, "storage-1-tank-pvc-0d52-x-y-z-90d8bbbe98751cc1");
         let long = name_for("s", &format!("tank/{}", "a".repeat(255)));
         assert!(long.len() <= 253, "{}", long.len());
     }

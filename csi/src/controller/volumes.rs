@@ -8,6 +8,7 @@
 use super::capabilities::check_all;
 use super::error::{Error, Result};
 use super::import;
+use super::naming;
 use super::resolve::{self, acl_of, protocol_of, volume_in};
 use super::state::{fence, generation};
 use super::{backend_type, Controller};
@@ -51,7 +52,22 @@ impl Controller {
             return Err(Error::InvalidArgument("the volume name is missing".into()));
         }
         check_all(&req.volume_capabilities).map_err(Error::InvalidArgument)?;
-        if let Some(state) = self.states.get(&req.name).await? {
+        let record_name = naming::record_name(&req.name);
+        let found = self.states.get(&record_name).await?;
+        if let Some(state) = found
+            .as_ref()
+            .filter(|s| !naming::is_record_of(*s, &req.name))
+        {
+            return Err(Error::AlreadyExists(format!(
+                "volume {:?}: its record {record_name:?} belongs to volume {:?}",
+                req.name,
+                state
+                    .annotations()
+                    .get(naming::CSI_NAME)
+                    .unwrap_or(&record_name)
+            )));
+        }
+        if let Some(state) = found {
             if state.spec.recovery.is_some() {
                 return self.recover(&req, state).await;
             }
@@ -65,11 +81,15 @@ impl Controller {
         let class = resolve::class_name(&req.parameters)?;
         let place = resolve::placement(&self.client, class).await?;
         let store_name = place.store.name_any();
-        let existing = self.states.get(&req.name).await?;
+        let existing = self.states.get(&record_name).await?;
         let (wants, claim_ref) = self.wants_of(&req, &place, existing.as_ref()).await?;
         let id = match &wants.import {
             Some(import) => import.agent_volume_id.clone(),
-            None => volume_in(&store_name, &place.store.spec.backend, &req.name)?,
+            None => volume_in(
+                &store_name,
+                &place.store.spec.backend,
+                &naming::agent_name(&record_name),
+            )?,
         };
         let protocol = protocol_of(&place.protocol.name_any(), &place.protocol.spec.protocol)?;
         let handle = VolumeHandle::new(&place.agent.name_any(), protocol, id.clone())
@@ -82,7 +102,7 @@ impl Controller {
             self.reserve(
                 import,
                 &place.agent.name_any(),
-                &req.name,
+                &record_name,
                 claim_ref.as_ref(),
             )
             .await?;
@@ -91,7 +111,7 @@ impl Controller {
             Some(existing) => existing,
             None => {
                 let mut record = PillarVolumeState::new(
-                    &req.name,
+                    &record_name,
                     PillarVolumeStateSpec {
                         volume_id: handle.to_string(),
                         agent_volume_id: id.to_string(),
@@ -121,6 +141,13 @@ impl Controller {
                     },
                 );
                 record.metadata.labels = None;
+                if record_name != req.name {
+                    record.metadata.annotations = Some(
+                        [(naming::CSI_NAME.to_owned(), req.name.clone())]
+                            .into_iter()
+                            .collect(),
+                    );
+                }
                 self.states.create(&record).await?
             }
         };
@@ -130,12 +157,16 @@ impl Controller {
                 req.name, state.spec.volume_id
             )));
         }
+        let limit = req.capacity_range.as_ref().map_or(0, |r| r.limit_bytes);
         if state.status.as_ref().and_then(|s| s.phase) == Some(VolumePhase::Ready)
-            && state.spec.capacity_bytes < bytes
+            && (state.spec.capacity_bytes < bytes
+                || (limit > 0 && state.spec.capacity_bytes > limit as u64))
         {
             return Err(Error::AlreadyExists(format!(
-                "volume {:?} already exists with {} bytes, smaller than the {bytes} requested",
-                req.name, state.spec.capacity_bytes
+                "volume {:?} already exists with {} bytes, outside the range requested ({bytes} to {})",
+                req.name,
+                state.spec.capacity_bytes,
+                if limit > 0 { limit.to_string() } else { "any".into() }
             )));
         }
         if state.status.as_ref().and_then(|s| s.deleting) == Some(true) {

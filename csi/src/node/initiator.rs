@@ -95,14 +95,10 @@ pub fn host_id(file: &Path, host_nqn: &str) -> Result<String, Error> {
 
 /// A UUID-shaped value that is the same for the same text (FNV-1a, twice).
 fn derived_uuid(text: &str) -> String {
-    let hash = |seed: u64| {
-        text.bytes().fold(seed, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
-    };
+    let hash = |seed: u64| api::names::fnv1a(seed, text.as_bytes());
     let hex = format!(
         "{:016x}{:016x}",
-        hash(0xcbf2_9ce4_8422_2325),
+        hash(api::names::FNV1A_BASIS),
         hash(0x8422_2325_cbf2_9ce4)
     );
     format!(
