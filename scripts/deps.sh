@@ -115,6 +115,13 @@ if [ "$("$gobin/protoc-gen-go" --version 2>/dev/null)" != "protoc-gen-go v1.33.0
   GOTOOLCHAIN=local GOBIN="$gobin" go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.33.0
 fi
 (cd "$(dirname "$0")/../proto/recovery-sign" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go mod download)
+# csi-sanity (kubernetes-csi/csi-test), the CSI conformance suite the lab
+# runs against the controller and node services (tests/tests/claim_sanity_lab.rs),
+# into the same cache folder; `go version -m` tells which release a binary is.
+if ! go version -m "$gobin/csi-sanity" 2>/dev/null | grep -q 'csi-test/v5[[:space:]]*v5.4.0'; then
+  mkdir -p "$gobin"
+  GOTOOLCHAIN=local GOBIN="$gobin" go install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@v5.4.0
+fi
 # `make fuzz`: cargo-fuzz, with the nightly toolchain the machine's rustup
 # carries (installed through rustup when it is missing).
 export PATH="$HOME/.cargo/bin:$PATH"

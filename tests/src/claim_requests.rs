@@ -45,6 +45,17 @@ pub struct ClaimRef<'a> {
     pub pv: &'a str,
 }
 
+/// The StorageClass parameters `params` the external-provisioner passes to
+/// CreateVolume: all but its reserved ones.
+pub fn passed_parameters(
+    params: &BTreeMap<String, String>,
+) -> impl Iterator<Item = (String, String)> + '_ {
+    params
+        .iter()
+        .filter(|(k, _)| !k.starts_with(RESERVED_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+}
+
 /// external-provisioner's CreateVolume for `claim` of `bytes` from a
 /// StorageClass with `params`, formatted as `fs_type`.
 pub fn create_volume(
@@ -53,11 +64,7 @@ pub fn create_volume(
     bytes: u64,
     fs_type: &str,
 ) -> pb::CreateVolumeRequest {
-    let mut parameters: HashMap<String, String> = params
-        .iter()
-        .filter(|(k, _)| !k.starts_with(RESERVED_PREFIX))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut parameters: HashMap<String, String> = passed_parameters(params).collect();
     parameters.insert("csi.storage.k8s.io/pvc/name".into(), claim.name.into());
     parameters.insert(
         "csi.storage.k8s.io/pvc/namespace".into(),

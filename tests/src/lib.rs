@@ -28,6 +28,7 @@ pub mod iscsi;
 pub mod mount;
 pub mod node_bed;
 pub mod nvme;
+pub mod sanity;
 pub mod tls;
 
 pub use cmd::{run, CmdError};
