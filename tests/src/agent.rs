@@ -167,8 +167,16 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// The `pillar-csi` binary built beside the running test.
+/// The `pillar-csi` binary built beside the running test, or its copy in
+/// `PILLAR_LAB_BIN_DIR` (the lab guest copies it to memory: an exec over
+/// the guest's 9p root reads all 80 MB again each time).
 pub fn binary() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("PILLAR_LAB_BIN_DIR") {
+        let copy = Path::new(&dir).join("pillar-csi");
+        if copy.is_file() {
+            return Ok(copy);
+        }
+    }
     let exe = std::env::current_exe()?;
     let bin = exe
         .parent()
