@@ -151,11 +151,7 @@ fn ms(d: Duration) -> f64 {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !args.is_empty() && !args.iter().any(|a| "agent_pipeline".contains(a.as_str())) {
+    if !pillar_csi_lab::bench::selected("agent_pipeline") {
         return Ok(());
     }
     let lab = Lab::get();

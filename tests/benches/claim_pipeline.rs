@@ -264,11 +264,7 @@ async fn round(bed: &ClaimBed, tag: &str, at_once: bool) -> Result<Round> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !args.is_empty() && !args.iter().any(|a| "claim_pipeline".contains(a.as_str())) {
+    if !pillar_csi_lab::bench::selected("claim_pipeline") {
         return Ok(());
     }
     let bed = ClaimBed::start("bench").await?;

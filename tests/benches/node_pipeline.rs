@@ -316,11 +316,7 @@ fn wipe(vols: &[Vol]) -> Result<()> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !args.is_empty() && !args.iter().any(|a| "node_pipeline".contains(a.as_str())) {
+    if !pillar_csi_lab::bench::selected("node_pipeline") {
         return Ok(());
     }
     let lab = Lab::get();

@@ -74,6 +74,22 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
+    /// [`AgentConfig::new`] serving zvols under `parent` and thin LVs in
+    /// the lab's thin pool: the agent of the node and claim beds.
+    pub fn zvols_and_thin_lvs(
+        lab: &Lab,
+        name: &str,
+        parent: &ZfsParent,
+        nvmeof_port: u16,
+        iscsi_port: u16,
+    ) -> Result<Self> {
+        let backends = vec![
+            parent.backend(),
+            format!("lvm={}/{}", lab.vg, lab.thin_pool),
+        ];
+        Self::new(lab, name, backends, nvmeof_port, iscsi_port)
+    }
+
     /// A plaintext agent named `name` with a fresh state folder and log file
     /// in the lab's work folder, serving `backends`, with NVMe/TCP and iSCSI
     /// on 127.0.0.1 at `nvmeof_port` and `iscsi_port`.

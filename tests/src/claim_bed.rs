@@ -270,13 +270,10 @@ impl ClaimBed {
         let controller_pem = ca.client("pillar-csi-controller")?;
 
         let parent = ZfsParent::create(&lab, prefix)?;
-        let mut config = AgentConfig::new(
+        let mut config = AgentConfig::zvols_and_thin_lvs(
             &lab,
             &lab.unique(prefix),
-            vec![
-                parent.backend(),
-                format!("lvm={}/{}", lab.vg, lab.thin_pool),
-            ],
+            &parent,
             NVME_PORT,
             ISCSI_PORT,
         )?;

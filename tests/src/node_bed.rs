@@ -62,13 +62,10 @@ impl Bench {
     pub async fn new(name: &str) -> Result<Self> {
         let lab = Lab::get();
         let parent = ZfsParent::create(&lab, name)?;
-        let config = AgentConfig::new(
+        let config = AgentConfig::zvols_and_thin_lvs(
             &lab,
             &lab.unique(name),
-            vec![
-                parent.backend(),
-                format!("lvm={}/{}", lab.vg, lab.thin_pool),
-            ],
+            &parent,
             NVME_PORT,
             ISCSI_PORT,
         )?;
