@@ -74,10 +74,7 @@ fn harness() -> &'static Harness {
             )),
         ];
         let agent = Agent::new(
-            vec![
-                Arc::new(SimBackend::default()),
-                Arc::new(SimLvm::default()),
-            ],
+            vec![Arc::new(SimBackend::default()), Arc::new(SimLvm::default())],
             exporters,
             marks,
         );
@@ -199,7 +196,9 @@ fuzz_target!(|data: &[u8]| {
     let reached_the_mark =
         status.code() == Code::Internal && status.message().contains(h.marks.as_str());
     assert!(
-        status.code() == Code::InvalidArgument || reached_the_mark || Some(status.code()) == allowed,
+        status.code() == Code::InvalidArgument
+            || reached_the_mark
+            || Some(status.code()) == allowed,
         "{rpc} refused with {:?}: {}",
         status.code(),
         status.message()
