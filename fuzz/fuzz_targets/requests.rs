@@ -40,6 +40,9 @@ use prost::Message;
 use std::sync::{Arc, OnceLock};
 use tonic::{Code, Request, Status};
 
+/// Made once per process. Its temporary folder (holding only the file that
+/// replaced the mark folder) outlives the process: libFuzzer ends with
+/// `exit`, and statics are never dropped.
 struct Harness {
     runtime: tokio::runtime::Runtime,
     grpc: AgentGrpc,
