@@ -10,7 +10,7 @@
 //! wrong device behind a namespace or LUN, two volumes on one device.
 use crate::{
     export::{LioExporter, NvmetExporter, IQN_PREFIX, NQN_PREFIX},
-    marks::{decode, BackendRecord, FenceMark, MARK_VERSION, SUFFIX},
+    marks::{decode, BackendRecord, FenceMark, SUFFIX},
     volume::VolumeId,
 };
 use std::{
@@ -139,13 +139,7 @@ fn parse(file: &str, bytes: &[u8]) -> Result<FenceMark, String> {
         .strip_suffix(SUFFIX)
         .and_then(decode)
         .ok_or("not a mark file name")?;
-    let mark: FenceMark = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-    if mark.volume_id != id || mark.version != MARK_VERSION {
-        return Err(format!(
-            "records volume {:?} in format {}, expected {id:?} in format {MARK_VERSION}",
-            mark.volume_id, mark.version
-        ));
-    }
+    let mark = crate::marks::parse(&id, bytes)?;
     VolumeId::parse(&id).map_err(|e| e.to_string())?;
     Ok(mark)
 }

@@ -3,7 +3,7 @@
 use super::*;
 use crate::{
     fence::{Call, Token},
-    marks::{encode, ExportRecord},
+    marks::{encode, ExportRecord, MARK_VERSION},
     service::sim::fixture,
 };
 

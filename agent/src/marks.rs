@@ -332,6 +332,27 @@ pub fn decode(stem: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Reads the contents of a mark file as the mark of `volume_id`: the one
+/// parser of marks read from disk ([`MarkStore::load`] and the invariant
+/// checker use it). Refuses, with the reason, anything that is not a mark
+/// of this format for exactly this volume ID.
+pub fn parse(volume_id: &str, bytes: &[u8]) -> Result<FenceMark, String> {
+    let mark: FenceMark = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if mark.volume_id != volume_id || mark.version != MARK_VERSION {
+        return Err(format!(
+            "records volume {:?} in format {}, expected {volume_id:?} in format {MARK_VERSION}",
+            mark.volume_id, mark.version
+        ));
+    }
+    Ok(mark)
+}
+
+/// The contents of the file [`MarkStore::save`] writes for `mark`; [`parse`]
+/// reads them back as the same mark.
+pub fn render(mark: &FenceMark) -> Result<Vec<u8>, serde_json::Error> {
+    serde_json::to_vec_pretty(mark)
+}
+
 /// The folder of marks.
 #[derive(Debug, Clone)]
 pub struct MarkStore {
@@ -401,22 +422,13 @@ impl MarkStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_err(&path)(e)),
         };
-        let mark: FenceMark = serde_json::from_slice(&bytes).map_err(|e| MarkError::Corrupt {
-            volume_id: volume_id.to_owned(),
-            path: path.clone(),
-            why: e.to_string(),
-        })?;
-        if mark.volume_id != volume_id || mark.version != MARK_VERSION {
-            return Err(MarkError::Corrupt {
+        parse(volume_id, &bytes)
+            .map(Some)
+            .map_err(|why| MarkError::Corrupt {
                 volume_id: volume_id.to_owned(),
                 path,
-                why: format!(
-                    "it records volume {:?} in format {}, expected {volume_id:?} in format {MARK_VERSION}",
-                    mark.volume_id, mark.version
-                ),
-            });
-        }
-        Ok(Some(mark))
+                why,
+            })
     }
 
     /// Writes `mark` atomically and durably. Each write has a temporary
@@ -432,7 +444,7 @@ impl MarkStore {
             std::process::id(),
             WRITES.fetch_add(1, Ordering::Relaxed)
         ));
-        let body = serde_json::to_vec_pretty(mark).map_err(|e| MarkError::Io {
+        let body = render(mark).map_err(|e| MarkError::Io {
             path: path.clone(),
             source: io::Error::other(e),
         })?;

@@ -408,6 +408,18 @@ fn text_ok(v: &str, max: usize, allow_space: bool) -> bool {
             .all(|b| b.is_ascii_graphic() || (allow_space && b == b' '))
 }
 
+/// The first LUN of `present` serving storage object `name`, for messages.
+fn exported_by(present: &State, name: &StorageObjectName) -> Option<String> {
+    present.targets.iter().find_map(|(iqn, target)| {
+        target.tpgs.iter().find_map(|(tpgt, tpg)| {
+            tpg.luns
+                .iter()
+                .find(|(_, l)| &l.storage_object == name)
+                .map(|(lun, _)| format!("LUN {lun} of {iqn} TPG {tpgt}"))
+        })
+    })
+}
+
 /// Refuses a desired state the kernel cannot hold, before any step.
 fn validate(present: &State, desired: &State) -> Result<(), Error> {
     for (name, so) in &desired.storage_objects {
@@ -432,6 +444,18 @@ fn validate(present: &State, desired: &State) -> Result<(), Error> {
                         "{serial:?} must be 1 to 253 printable ASCII characters without spaces"
                     ),
                 });
+            }
+            // The kernel refuses the write while a LUN exports the object,
+            // and storage objects are planned before any LUN is removed:
+            // refuse before a step rather than fail half-way.
+            let changes = present
+                .storage_objects
+                .get(name)
+                .is_some_and(|have| have.unit_serial.as_ref() != Some(serial));
+            if let Some(lun) = exported_by(present, name).filter(|_| changes) {
+                return Err(Error::Conflict(format!(
+                    "storage object {name} is exported by {lun}; its unit serial cannot change while it is exported (tear its LUNs down first)"
+                )));
             }
         }
     }
@@ -547,6 +571,31 @@ mod tests {
             steps,
             |s| matches!(s, Step::Write { path, .. } if path.ends_with(suffix)),
         )
+    }
+
+    /// Found by the `plans` fuzz target: the kernel refuses a new unit
+    /// serial while a LUN exports the object, so the plan refuses it first
+    /// instead of failing half-way; an unexported object may change it.
+    #[test]
+    fn an_exported_unit_serial_change_is_refused_before_any_step() -> Result<(), Error> {
+        let present = as_present(&export("v", "/dev/zd0", &[]), 3);
+        let mut desired = export("v", "/dev/zd0", &[]);
+        if let Some(o) = desired.storage_objects.get_mut(&so("v")) {
+            o.unit_serial = Some("other".into());
+        }
+        let refused = plan_apply(&present, &desired, &BTreeMap::new());
+        assert!(
+            matches!(&refused, Err(Error::Conflict(m)) if m.contains("unit serial")),
+            "{refused:?}"
+        );
+        let mut unexported = present.clone();
+        unexported.targets.clear();
+        desired.targets.clear();
+        assert_eq!(
+            plan_apply(&unexported, &desired, &BTreeMap::new())?,
+            vec![Step::write("core/iblock_3/v/wwn/vpd_unit_serial", "other")]
+        );
+        Ok(())
     }
 
     #[test]

@@ -162,8 +162,15 @@ fn plan_port(
 ) -> Result<(), Error> {
     let dir = port_dir(id);
     let mut attrs = Vec::new();
-    let same_addr =
-        have.is_some_and(|h| h.transport == want.transport && h.address == want.address);
+    // A loop port wanted without an address keeps whatever address an
+    // earlier transport left in `addr_traddr`/`addr_trsvcid` (nothing clears
+    // them, and loop ignores them): comparing it would rewrite the port, and
+    // unlink and relink its subsystems, at every apply.
+    let same_addr = have.is_some_and(|h| {
+        h.transport == want.transport
+            && (h.address == want.address
+                || (want.transport == crate::Transport::Loop && want.address.is_none()))
+    });
     if !same_addr {
         attrs.push(Step::write(
             format!("{dir}/addr_trtype"),
@@ -554,6 +561,31 @@ mod tests {
             plan_apply(&State::default(), &s),
             Err(Error::Conflict(_))
         ));
+    }
+
+    /// Found by the `plans` fuzz target: a TCP port moved to the loop
+    /// transport keeps its old address attributes, and a second apply must
+    /// not move it again (unlinking its subsystems each time).
+    #[test]
+    fn a_loop_port_keeps_the_address_an_earlier_transport_left() -> Result<(), Error> {
+        let present = export("v", "/dev/zd0", &[]);
+        let mut desired = present.clone();
+        if let Some(p) = desired.ports.get_mut(&PortId(1)) {
+            p.transport = crate::Transport::Loop;
+            p.address = None;
+        }
+        let steps = plan_apply(&present, &desired)?;
+        assert!(
+            steps.contains(&Step::write("ports/1/addr_trtype", "loop")),
+            "{steps:#?}"
+        );
+        // Read back after the apply: loop, the TCP address still written.
+        let mut after = present.clone();
+        if let Some(p) = after.ports.get_mut(&PortId(1)) {
+            p.transport = crate::Transport::Loop;
+        }
+        assert_eq!(plan_apply(&after, &desired)?, Vec::new());
+        Ok(())
     }
 
     #[test]
