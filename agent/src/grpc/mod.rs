@@ -265,18 +265,13 @@ impl AgentService for AgentGrpc {
         request: Request<pb::InspectVolumeRequest>,
     ) -> Reply<pb::InspectVolumeResponse> {
         let verified = recovery::verified_caller(&request);
-        let r = request.into_inner();
-        let i = self
-            .agent
-            .inspect_volume(&r.volume_id, backend_kind(r.backend_type)?)
-            .await?;
-        let mut reply = inspect::inspection(r.volume_id, &i);
-        if let (true, Some(config)) = (verified, self.agent.recovery()) {
-            reply.snapshot =
-                recovery::snapshot(config, &reply, SystemTime::now()).map_err(|why| {
-                    AgentError::Internal(format!("signing the recovery snapshot: {why}"))
-                })?;
-        }
+        let reply = inspect_answer(
+            &self.agent,
+            request.into_inner(),
+            verified,
+            SystemTime::now(),
+        )
+        .await?;
         Ok(Response::new(reply))
     }
 
@@ -445,6 +440,26 @@ impl AgentService for AgentGrpc {
             refused: out.failed,
         }))
     }
+}
+
+/// InspectVolume's answer: the inspection, with the signed recovery
+/// snapshot when the caller's client certificate was verified (`verified`)
+/// and the agent has recovery configured.
+pub(crate) async fn inspect_answer(
+    agent: &Agent,
+    r: pb::InspectVolumeRequest,
+    verified: bool,
+    now: SystemTime,
+) -> Result<pb::InspectVolumeResponse, AgentError> {
+    let i = agent
+        .inspect_volume(&r.volume_id, backend_kind(r.backend_type)?)
+        .await?;
+    let mut reply = inspect::inspection(r.volume_id, &i);
+    if let (true, Some(config)) = (verified, agent.recovery()) {
+        reply.snapshot = recovery::snapshot(config, &reply, now)
+            .map_err(|why| AgentError::Internal(format!("signing the recovery snapshot: {why}")))?;
+    }
+    Ok(reply)
 }
 
 #[cfg(test)]

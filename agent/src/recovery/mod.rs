@@ -104,4 +104,6 @@ impl Recovery {
 }
 
 #[cfg(test)]
+pub(crate) mod testkit;
+#[cfg(test)]
 mod tests;

@@ -2,23 +2,15 @@
 //! digests against bytes made by Python's protobuf (an independent
 //! implementation), an RSA signature against openssl's, and every rule
 //! refused with its own message.
-use super::{rules::*, *};
-use std::{
-    path::Path,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+use super::{
+    rules::*,
+    testkit::{data, read},
+    *,
 };
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-const TESTDATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/recovery/testdata");
 /// `issued_at` of the fixed snapshot: 1796000000.123456789.
 const T0: u64 = 1_796_000_000;
-
-fn data(name: &str) -> std::path::PathBuf {
-    Path::new(TESTDATA).join(name)
-}
-
-fn read(name: &str) -> Vec<u8> {
-    std::fs::read(data(name)).expect("testdata")
-}
 
 fn at(seconds: u64, nanos: i32) -> prost_types::Timestamp {
     prost_types::Timestamp {
@@ -208,17 +200,12 @@ struct Case {
 }
 
 fn case() -> Case {
-    let recovery = Recovery::load(
-        &data("operator-ec.pub"),
-        &data("server.crt"),
-        &data("server.key"),
-    )
-    .expect("recovery");
+    let recovery = testkit::recovery();
     let mut snapshot = fixed_snapshot();
     snapshot.exports.clear();
     snapshot.agent_certificate_sha256 = recovery.signer.certificate_sha256.clone();
     recovery.sign_snapshot(&mut snapshot).expect("sign");
-    let operator = PrivateSigner::from_pem(&read("operator-ec.key")).expect("key");
+    let operator = testkit::operator();
     let authorization = authorize(
         &snapshot,
         "9d8e7f60-0000-4000-8000-000000000002",

@@ -280,6 +280,8 @@ impl Agent {
 mod adoption_tests;
 #[cfg(test)]
 mod holes_tests;
+#[cfg(test)]
+mod recovery_tests;
 /// The simulated backend and exporter, for tests of this crate and of the
 /// layers above it (feature `sim`).
 #[cfg(any(test, feature = "sim"))]

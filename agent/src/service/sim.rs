@@ -243,16 +243,26 @@ pub struct Fixture {
 
 /// A fresh agent over the simulator.
 pub fn fixture() -> Fixture {
+    fixture_with(None)
+}
+
+/// A fresh agent over the simulator, with metadata-loss recovery configured
+/// when `recovery` is given (as `--recovery-trust-anchor` does).
+pub fn fixture_with(recovery: Option<crate::recovery::Recovery>) -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let backend = Arc::new(SimBackend::default());
     let lvm = Arc::new(super::sim_lvm::SimLvm::default());
     let exporter = Arc::new(SimExporter::default());
     let marks = MarkStore::open(dir.path()).expect("marks");
-    let agent = Arc::new(Agent::new(
+    let mut agent = Agent::new(
         vec![backend.clone(), lvm.clone()],
         vec![exporter.clone()],
         marks,
-    ));
+    );
+    if let Some(recovery) = recovery {
+        agent = agent.with_recovery(recovery);
+    }
+    let agent = Arc::new(agent);
     Fixture {
         agent,
         backend,
