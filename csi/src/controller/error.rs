@@ -136,4 +136,25 @@ mod tests {
             Code::Aborted
         );
     }
+
+    #[test]
+    fn api_server_answers_map_to_the_callers_codes() {
+        let answer = |code: u16| Error::Kube {
+            what: "create PillarVolumeState \"x\"".into(),
+            source: kube::Error::Api(
+                kube::core::Status::failure("refused", "Invalid")
+                    .with_code(code)
+                    .boxed(),
+            ),
+        };
+        for (http, grpc) in [
+            (422, Code::InvalidArgument),
+            (409, Code::Aborted),
+            (404, Code::NotFound),
+            (403, Code::PermissionDenied),
+            (500, Code::Unavailable),
+        ] {
+            assert_eq!(answer(http).code(), grpc, "HTTP {http}");
+        }
+    }
 }
