@@ -168,13 +168,13 @@ mod tests {
     #[test]
     fn ginkgo_summaries_are_read() {
         let failing = "noise\nRan 56 of 92 Specs in 412.201 seconds\nFAIL! -- 37 Passed | 19 Failed | 1 Pending | 35 Skipped\n";
-        let o = parse_summary(failing).unwrap();
+        let o = parse_summary(failing).expect("a failing summary");
         assert_eq!(
             (o.ran, o.total, o.passed, o.failed, o.pending, o.skipped),
             (56, 92, 37, 19, 1, 35)
         );
         let ok = "Ran 3 of 4 Specs in 1.0 seconds\nSUCCESS! -- 3 Passed | 0 Failed | 0 Pending | 1 Skipped\nPASS\n";
-        let o = parse_summary(ok).unwrap();
+        let o = parse_summary(ok).expect("a passing summary");
         assert_eq!((o.passed, o.failed, o.skipped), (3, 0, 1));
         assert!(parse_summary("panic: no connection\n").is_none());
         assert!(parse_summary("Ran 3 of 4 Specs in 1.0 seconds\n").is_none());
