@@ -15,6 +15,7 @@
 
 pub mod agent;
 pub mod apiserver;
+pub mod bench;
 pub mod block;
 pub mod claim_bed;
 pub mod claim_cases;
