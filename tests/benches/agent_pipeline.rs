@@ -14,6 +14,7 @@
 //! the ratios are the result.
 use pillar_csi_lab::{
     agent::{AgentConfig, AgentProcess, Client, ZfsParent},
+    bench::{empty_nvmet, ms, rss_kib},
     run, Lab, Result,
 };
 use pillar_csi_proto::agent::v1 as pb;
@@ -121,32 +122,6 @@ fn port_script(s: &mut String, port: u16, tcp: u16) -> Result<()> {
         "echo 127.0.0.1 > {p}/addr_traddr; echo {tcp} > {p}/addr_trsvcid"
     )?;
     Ok(())
-}
-
-/// Removes every nvmet object (what a reboot does to configfs).
-fn empty_nvmet() -> Result<()> {
-    let target = nvmet::Nvmet::open()?;
-    let state = target.read()?;
-    target.teardown(&nvmet::Teardown {
-        subsystems: state.subsystems.keys().cloned().collect(),
-        ports: state.ports.keys().copied().collect(),
-        hosts: state.hosts.clone(),
-    })?;
-    Ok(())
-}
-
-fn rss_kib(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| "no VmRSS".into())
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 #[tokio::main]

@@ -21,8 +21,9 @@ pub use pillar_csi_proto::agent::v1 as pb;
 /// A connected gRPC client of the agent.
 pub type Client = AgentServiceClient<Channel>;
 
-/// How long a starting agent may take to answer HealthCheck (the lab's
-/// emulated CPU is slow, and start-up re-creates every recorded export).
+/// How long a starting agent may take to answer HealthCheck by default
+/// (the lab's emulated CPU is slow, and start-up re-creates every recorded
+/// export); [`AgentConfig::start_timeout`] changes it.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The server side of mTLS: the agent's certificate and key, and the CA
@@ -71,6 +72,9 @@ pub struct AgentConfig {
     /// Another binary than `target/debug/pillar-csi` (for example the one
     /// built with crash points, [`crash_points_binary`]).
     pub binary: Option<PathBuf>,
+    /// How long a start may take until the agent answers HealthCheck (120 s
+    /// by default; a start reconciling many exports takes longer).
+    pub start_timeout: Duration,
 }
 
 impl AgentConfig {
@@ -113,6 +117,7 @@ impl AgentConfig {
             extra_args: Vec::new(),
             env: Vec::new(),
             binary: None,
+            start_timeout: START_TIMEOUT,
         })
     }
 }
@@ -315,6 +320,7 @@ impl AgentProcess {
 
     async fn wait_healthy(&mut self) -> Result<pb::HealthCheckResponse> {
         let start = Instant::now();
+        let limit = self.config.start_timeout;
         let tls = self.config.tls.as_ref().map(|(_, c)| c.clone());
         loop {
             if let Some(child) = self.child.as_mut() {
@@ -334,19 +340,19 @@ impl AgentProcess {
             };
             match tokio::time::timeout(Duration::from_secs(10), attempt).await {
                 Ok(Ok(health)) => return Ok(health),
-                Ok(Err(_)) | Err(_) if start.elapsed() < START_TIMEOUT => {
+                Ok(Err(_)) | Err(_) if start.elapsed() < limit => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 Ok(Err(e)) => {
                     return Err(format!(
-                        "the agent did not answer HealthCheck within {START_TIMEOUT:?}: {e}; its log:\n{}",
+                        "the agent did not answer HealthCheck within {limit:?}: {e}; its log:\n{}",
                         self.log_tail()
                     )
                     .into())
                 }
                 Err(_) => {
                     return Err(format!(
-                        "the agent did not answer HealthCheck within {START_TIMEOUT:?}; its log:\n{}",
+                        "the agent did not answer HealthCheck within {limit:?}; its log:\n{}",
                         self.log_tail()
                     )
                     .into())
