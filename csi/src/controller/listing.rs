@@ -83,7 +83,9 @@ impl Controller {
     }
 
     /// GetCapacity: the available bytes of the class's store; without a
-    /// class, the sum over every PillarStore.
+    /// class, the sum over every PillarStore whose agent answers (a store
+    /// whose agent is missing or unreachable has no capacity to offer now,
+    /// and must not hide the others'); an error only when no store answers.
     pub async fn capacity(&self, req: csi::GetCapacityRequest) -> Result<u64> {
         if req.parameters.contains_key(resolve::CLASS_PARAMETER) {
             let class = resolve::class_name(&req.parameters)?;
@@ -94,11 +96,26 @@ impl Controller {
             .list(&ListParams::default())
             .await
             .map_err(Error::kube("list PillarStores"))?;
-        let mut total = 0u64;
+        let (mut total, mut answered, mut first_error) = (0u64, false, None);
         for store in &stores.items {
-            let agent = self.agent_named(&store.spec.agent_ref).await?;
-            total = total.saturating_add(self.store_capacity(store, &agent).await?);
+            let bytes = match self.agent_named(&store.spec.agent_ref).await {
+                Ok(agent) => self.store_capacity(store, &agent).await,
+                Err(e) => Err(e),
+            };
+            match bytes {
+                Ok(bytes) => {
+                    total = total.saturating_add(bytes);
+                    answered = true;
+                }
+                Err(e) => {
+                    tracing::warn!(store = %store.name_any(), error = %e, "GetCapacity: store left out of the sum");
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        Ok(total)
+        match first_error {
+            Some(e) if !answered => Err(e),
+            _ => Ok(total),
+        }
     }
 }
