@@ -69,6 +69,10 @@ const FUNCTIONS: &[&str] = &[
     "nvpair_value_int32",
     "nvpair_value_string",
     "nvpair_value_nvlist",
+    // The statistics ioctl's packed property list, read without libzfs.
+    "nvlist_unpack",
+    "nvlist_lookup_nvlist",
+    "nvlist_lookup_uint64",
 ];
 
 /// Types and constants bound besides those the functions pull in.
@@ -81,6 +85,8 @@ const TYPES: &[&str] = &[
     "data_type_t",
     "lzc_dataset_type",
     "zfs_error_t",
+    // The ioctl numbers (`ZFS_IOC_OBJSET_STATS`).
+    "zfs_ioc_t",
 ];
 const VARS: &[&str] = &[
     "ZFS_MAX_DATASET_NAME_LEN",

@@ -1,38 +1,43 @@
-//! `sys::zfs` against the `zfs` CLI, in the kernel lab
-//! (`make bench FILTER=zfs`). Figures are ratios from one run: under TCG the
-//! guest is 10-30x slower than a real machine, so absolute times only show
-//! where the time goes.
+//! `sys::zfs` against the kernel's own cost and against the `zfs` CLI, in
+//! the kernel lab (`make bench FILTER=zfs`). Under TCG the guest is 10-30x
+//! slower than a real machine, so every figure is a ratio between two ways
+//! of doing the same work in the same run:
 //!
-//! 1. sequential create + destroy of N zvols: `sys::zfs` vs `zfs create -V`
-//!    / `zfs destroy` subprocesses (goal: >= 2.5x);
-//! 2. N creates from N threads at once through `sys::zfs` vs N sequential
-//!    `zfs create -V` (goal: >= 6x);
-//! 3. volsize of M zvols: `sys::zfs` vs `zfs get` (goal: >= 25x).
+//! 1. single operations (create thick, create sparse, destroy, volsize),
+//!    each against its floor, the bare libzfs_core call or ioctl through
+//!    [`sys::zfs::floor`] (goal: at most 1.15x), and against the CLI run one
+//!    at a time (reported as it comes);
+//! 2. N creates at once: `sys::zfs` from N threads against N `zfs create -V`
+//!    processes at once (as the Go and JavaScript drivers serve concurrent
+//!    requests; goal: at least 2x), N bare creates at once (the floor) and N
+//!    sequential `zfs create -V`.
 //!
-//! Exits non-zero when a goal is missed, after printing every figure.
-use pillar_csi_lab::{run, Lab, Result};
+//! Each kind of work alternates between the ways in blocks of ten, so that
+//! drift of the host hits all of them. Exits non-zero when a goal is
+//! missed, after printing every figure.
+use pillar_csi_lab::{
+    bench::{conditions, ms, processes_at_once, threads_at_once, Floor},
+    run, Lab, Result,
+};
 use std::{
-    sync::{Arc, Barrier},
+    process::Command,
+    sync::Arc,
     time::{Duration, Instant},
 };
-use sys::zfs::{DatasetName, Provisioning, Zfs, ZvolSpec};
+use sys::zfs::{floor::BareCalls, DatasetName, Provisioning, Zfs, ZvolSpec};
 
+/// Volumes of each single-operation series, and creates at once.
 const N: usize = 50;
-const M: usize = 200;
+const BLOCK: usize = 10;
 const SIZE: u64 = 16 << 20;
+/// The goal of N creates at once against N CLI processes at once.
+const AT_ONCE_GOAL: f64 = 2.0;
 
-fn per_op(d: Duration, n: usize) -> String {
-    format!("{:.1} ms/op", d.as_secs_f64() * 1000.0 / n as f64)
-}
-
-fn ratio(theirs: Duration, ours: Duration) -> f64 {
-    theirs.as_secs_f64() / ours.as_secs_f64()
-}
-
-fn names(parent: &str, prefix: &str, n: usize) -> Result<Vec<DatasetName>> {
-    (0..n)
-        .map(|i| Ok(DatasetName::new(&format!("{parent}/{prefix}-{i}"))?))
-        .collect()
+/// Lets udev finish with the devices of earlier steps, so that its probes
+/// do not run inside the next timed step (test set-up, not product code).
+fn settle() -> Result<()> {
+    run("udevadm", &["settle", "--timeout=60"])?;
+    Ok(())
 }
 
 /// `zfs destroy`, tried again while the kernel reports the new volume busy
@@ -50,236 +55,295 @@ fn cli_destroy(ds: &str) -> Result<()> {
     }
 }
 
-/// Lets udev finish with the devices of earlier steps, so that its probes
-/// do not run inside the next timed step (test set-up, not product code).
-fn settle() -> Result<()> {
-    run("udevadm", &["settle", "--timeout=60"])?;
+/// The three ways, each timed over the same number of operations.
+#[derive(Default)]
+struct Three {
+    ours: Duration,
+    floor: Duration,
+    cli: Duration,
+    n: usize,
+}
+
+impl Three {
+    fn floor(&self) -> Floor {
+        Floor {
+            ours: self.ours,
+            floor: self.floor,
+            n: self.n,
+        }
+    }
+
+    fn print(&self, what: &str) {
+        let per = |d: Duration| ms(d) / self.n as f64;
+        println!("  {what}: {}", self.floor().line());
+        println!(
+            "    CLI one at a time {:.2} ms/op: {:.2}x ours",
+            per(self.cli),
+            self.cli.as_secs_f64() / self.ours.as_secs_f64()
+        );
+    }
+}
+
+fn timed(total: &mut Duration, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    let t = Instant::now();
+    f()?;
+    *total += t.elapsed();
     Ok(())
 }
 
+struct Bench {
+    zfs: Arc<Zfs>,
+    bare: BareCalls,
+    parent: String,
+}
+
+impl Bench {
+    fn name(&self, prefix: &str, i: usize) -> Result<DatasetName> {
+        Ok(DatasetName::new(&format!("{}/{prefix}-{i}", self.parent))?)
+    }
+
+    /// N creates and N destroys of each way, in alternating blocks; the
+    /// creates and the destroys timed apart.
+    fn create_destroy(&self, provisioning: Provisioning) -> Result<(Three, Three)> {
+        let tag = match provisioning {
+            Provisioning::Thick => "t",
+            Provisioning::Sparse => "s",
+        };
+        let sparse = provisioning == Provisioning::Sparse;
+        // The floor is given the reservation ours computes (once, here).
+        let probe = self.name(&format!("probe-{tag}"), 0)?;
+        let mut spec = ZvolSpec::new(probe.clone(), SIZE);
+        spec.provisioning = provisioning;
+        self.zfs.create_zvol(&spec)?;
+        let resv = match self.zfs.property(&probe, "refreservation")? {
+            Some(r) if !sparse => Some(r.parse::<u64>()?),
+            _ => None,
+        };
+        settle()?;
+        self.zfs.destroy(&probe)?;
+        let (mut create, mut destroy) = (Three::default(), Three::default());
+        for block in 0..N / BLOCK {
+            let names = |way: &str| -> Result<Vec<DatasetName>> {
+                (0..BLOCK)
+                    .map(|i| self.name(&format!("{way}{tag}{block}"), i))
+                    .collect()
+            };
+            let (ours, floor, cli) = (names("o")?, names("f")?, names("c")?);
+            for n in &ours {
+                let mut spec = ZvolSpec::new(n.clone(), SIZE);
+                spec.provisioning = provisioning;
+                timed(&mut create.ours, || Ok(self.zfs.create_zvol(&spec)?))?;
+            }
+            for n in &floor {
+                timed(&mut create.floor, || {
+                    Ok(self.bare.create_zvol(n.as_str(), SIZE, resv)?)
+                })?;
+            }
+            let args: &[&str] = if sparse {
+                &["create", "-s", "-V", "16M"]
+            } else {
+                &["create", "-V", "16M"]
+            };
+            for n in &cli {
+                let args: Vec<&str> = args.iter().copied().chain([n.as_str()]).collect();
+                timed(&mut create.cli, || Ok(run("zfs", &args).map(drop)?))?;
+            }
+            // udev's probes of the new devices end before the destroys.
+            settle()?;
+            for n in &ours {
+                timed(&mut destroy.ours, || Ok(self.zfs.destroy(n)?))?;
+            }
+            for n in &floor {
+                timed(&mut destroy.floor, || Ok(self.bare.destroy(n.as_str())?))?;
+            }
+            for n in &cli {
+                timed(&mut destroy.cli, || cli_destroy(n.as_str()))?;
+            }
+            settle()?;
+        }
+        create.n = N;
+        destroy.n = N;
+        Ok((create, destroy))
+    }
+
+    /// volsize of N volumes read in alternating blocks.
+    fn volsize(&self) -> Result<Three> {
+        let names: Vec<DatasetName> = (0..N).map(|i| self.name("vs", i)).collect::<Result<_>>()?;
+        for n in &names {
+            let mut s = ZvolSpec::new(n.clone(), SIZE);
+            s.provisioning = Provisioning::Sparse;
+            self.zfs.create_zvol(&s)?;
+        }
+        settle()?;
+        let mut three = Three {
+            n: N,
+            ..Default::default()
+        };
+        let mut buffer = Vec::new();
+        for block in names.chunks(BLOCK) {
+            for n in block {
+                timed(&mut three.ours, || {
+                    let size = self.zfs.volsize(n)?;
+                    (size == SIZE)
+                        .then_some(())
+                        .ok_or_else(|| format!("{n}: volsize {size}").into())
+                })?;
+            }
+            for n in block {
+                timed(&mut three.floor, || {
+                    self.bare
+                        .stats(n.as_str(), &mut buffer)
+                        .map(drop)
+                        .map_err(Into::into)
+                })?;
+            }
+            for n in block {
+                timed(&mut three.cli, || {
+                    let out = run("zfs", &["get", "-Hp", "-o", "value", "volsize", n.as_str()])?;
+                    (out.trim().parse::<u64>()? == SIZE)
+                        .then_some(())
+                        .ok_or_else(|| format!("{n}: zfs get said {out}").into())
+                })?;
+            }
+        }
+        for n in &names {
+            self.zfs.destroy(n)?;
+        }
+        Ok(three)
+    }
+
+    /// N creates at once, each way; the wall times and the slowest of ours.
+    fn at_once(&self) -> Result<()> {
+        let way = |prefix: &str| -> Result<Vec<DatasetName>> {
+            (0..N).map(|i| self.name(prefix, i)).collect()
+        };
+        let (ours, floor, cli, seq) = (way("ao")?, way("af")?, way("ac")?, way("as")?);
+        settle()?;
+        let (ours_wall, each) = threads_at_once(N, |i| {
+            Ok(self
+                .zfs
+                .create_zvol(&ZvolSpec::new(ours[i].clone(), SIZE))?)
+        })?;
+        settle()?;
+        let resv = self
+            .zfs
+            .property(&ours[0], "refreservation")?
+            .map(|r| r.parse::<u64>())
+            .transpose()?;
+        let (floor_wall, _) = threads_at_once(N, |i| {
+            Ok(self.bare.create_zvol(floor[i].as_str(), SIZE, resv)?)
+        })?;
+        settle()?;
+        let commands = cli
+            .iter()
+            .map(|n| {
+                let mut c = Command::new("zfs");
+                c.args(["create", "-V", "16M", n.as_str()]);
+                c
+            })
+            .collect();
+        let cli_wall = processes_at_once(commands)?;
+        settle()?;
+        let t = Instant::now();
+        for n in &seq {
+            run("zfs", &["create", "-V", "16M", n.as_str()])?;
+        }
+        let seq_wall = t.elapsed();
+        // How many transaction groups each way's creates landed in.
+        let txgs = |names: &[DatasetName]| -> Result<usize> {
+            let mut set = std::collections::BTreeSet::new();
+            for n in names {
+                set.insert(self.zfs.property(n, "createtxg")?.unwrap_or_default());
+            }
+            Ok(set.len())
+        };
+        let slowest = each.iter().max().copied().unwrap_or_default();
+        let ratio = cli_wall.as_secs_f64() / ours_wall.as_secs_f64();
+        println!("2. {N} thick creates at once");
+        println!(
+            "  sys::zfs from {N} threads {:.0} ms (slowest single create {:.0} ms, {} txgs)",
+            ms(ours_wall),
+            ms(slowest),
+            txgs(&ours)?
+        );
+        println!(
+            "  floor, {N} bare lzc_create at once {:.0} ms: ours {:.2}x the floor",
+            ms(floor_wall),
+            ours_wall.as_secs_f64() / floor_wall.as_secs_f64()
+        );
+        println!(
+            "  {N} `zfs create -V` processes at once {:.0} ms ({} txgs): {ratio:.2}x ours (goal >= {AT_ONCE_GOAL}x)",
+            ms(cli_wall),
+            txgs(&cli)?
+        );
+        println!(
+            "  {N} `zfs create -V` one at a time {:.0} ms ({} txgs): {:.2}x ours",
+            ms(seq_wall),
+            txgs(&seq)?,
+            seq_wall.as_secs_f64() / ours_wall.as_secs_f64()
+        );
+        settle()?;
+        for n in ours.iter().chain(&floor).chain(&cli).chain(&seq) {
+            self.zfs.destroy(n)?;
+        }
+        if ratio < AT_ONCE_GOAL {
+            return Err(format!(
+                "{N} creates at once {ratio:.2}x the CLI at once < {AT_ONCE_GOAL}x"
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !args.is_empty() && !args.iter().any(|a| "zfs".contains(a.as_str())) {
+    if !pillar_csi_lab::bench::selected("zfs") {
         return Ok(());
     }
     let lab = Lab::get();
     let zfs = Arc::new(Zfs::open()?);
     let parent = format!("{}/{}", lab.pool, lab.unique("bench"));
     run("zfs", &["create", &parent])?;
-    let mut missed = Vec::new();
     println!(
-        "zfs bench: {} (userland {}, kernel {})",
-        parent,
+        "zfs bench: {parent} (userland {}, kernel {})",
         zfs.versions().userland,
         zfs.versions().kernel
     );
-
-    // Where the time of a subprocess goes: starting any process, and
-    // starting `zfs` (libzfs_init included) to do nothing.
-    let t = Instant::now();
-    for _ in 0..10 {
-        run("true", &[])?;
-    }
-    let spawn = t.elapsed() / 10;
-    let t = Instant::now();
-    for _ in 0..10 {
-        run("zfs", &["list", "-H", "-o", "name", &lab.pool])?;
-    }
-    let zfs_start = t.elapsed() / 10;
-    println!(
-        "  baseline: spawn of `true` {:.1} ms, `zfs list <pool>` {:.1} ms",
-        spawn.as_secs_f64() * 1e3,
-        zfs_start.as_secs_f64() * 1e3
-    );
-
-    // 1. Sequential create + destroy, thick (as `zfs create -V`) and sparse
-    //    (as `zfs create -s -V`): the same kernel work on both sides.
-    let mut r1 = 0.0;
-    for provisioning in [Provisioning::Thick, Provisioning::Sparse] {
-        let (what, cli_args): (&str, &[&str]) = match provisioning {
-            Provisioning::Thick => ("thick, vs `zfs create -V`", &["create", "-V", "16M"]),
-            Provisioning::Sparse => (
-                "sparse, vs `zfs create -s -V`",
-                &["create", "-s", "-V", "16M"],
-            ),
-        };
-        let tag = if provisioning == Provisioning::Thick {
-            "t"
-        } else {
-            "s"
-        };
-        settle()?;
-        let ours = names(&parent, &format!("seq-lib-{tag}"), N)?;
-        let (mut c_lib, mut d_lib) = (Duration::ZERO, Duration::ZERO);
-        for n in &ours {
-            let mut spec = ZvolSpec::new(n.clone(), SIZE);
-            spec.provisioning = provisioning;
-            let t = Instant::now();
-            zfs.create_zvol(&spec)?;
-            c_lib += t.elapsed();
-            let t = Instant::now();
-            zfs.destroy(n)?;
-            d_lib += t.elapsed();
-        }
-        settle()?;
-        let theirs = names(&parent, &format!("seq-cli-{tag}"), N)?;
-        let (mut c_cli, mut d_cli) = (Duration::ZERO, Duration::ZERO);
-        for n in &theirs {
-            let args: Vec<&str> = cli_args.iter().copied().chain([n.as_str()]).collect();
-            let t = Instant::now();
-            run("zfs", &args)?;
-            c_cli += t.elapsed();
-            let t = Instant::now();
-            cli_destroy(n.as_str())?;
-            d_cli += t.elapsed();
-        }
-        let r = ratio(c_cli + d_cli, c_lib + d_lib);
-        println!("1. sequential create+destroy of {N} zvols, {what}");
-        println!(
-            "  sys::zfs: create {}, destroy {}, total {:.2?}",
-            per_op(c_lib, N),
-            per_op(d_lib, N),
-            c_lib + d_lib
-        );
-        println!(
-            "  zfs CLI:  create {}, destroy {}, total {:.2?}",
-            per_op(c_cli, N),
-            per_op(d_cli, N),
-            c_cli + d_cli
-        );
-        println!("  ratio {r:.2}x (goal >= 2.5x)");
-        if provisioning == Provisioning::Thick {
-            r1 = r;
-        }
-    }
-    if r1 < 2.5 {
-        missed.push(format!("sequential create+destroy (thick) {r1:.2}x < 2.5x"));
-    }
-
-    // 2. N creates from N threads at once vs N sequential `zfs create -V`.
-    let par = names(&parent, "par-lib", N)?;
-    let barrier = Arc::new(Barrier::new(N + 1));
-    let handles: Vec<_> = par
-        .iter()
-        .cloned()
-        .map(|n| {
-            let (zfs, barrier) = (zfs.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                barrier.wait();
-                let t = Instant::now();
-                zfs.create_zvol(&ZvolSpec::new(n, SIZE))
-                    .map(|()| t.elapsed())
-            })
-        })
-        .collect();
-    settle()?;
-    barrier.wait();
-    let t = Instant::now();
-    let (mut fastest, mut slowest) = (Duration::MAX, Duration::ZERO);
-    for h in handles {
-        let one = h.join().map_err(|_| "a create thread panicked")??;
-        slowest = slowest.max(one);
-        fastest = fastest.min(one);
-    }
-    let par_lib = t.elapsed();
-    let seq = names(&parent, "par-cli", N)?;
-    settle()?;
-    let t = Instant::now();
-    for n in &seq {
-        run("zfs", &["create", "-V", "16M", n.as_str()])?;
-    }
-    let seq_cli = t.elapsed();
-    // How many transaction groups each side's creates landed in.
-    let txgs = |names: &[DatasetName]| -> Result<usize> {
-        let mut set = std::collections::BTreeSet::new();
-        for n in names {
-            set.insert(zfs.property(n, "createtxg")?.unwrap_or_default());
-        }
-        Ok(set.len())
+    println!("  {}", conditions());
+    let bench = Bench {
+        zfs,
+        bare: BareCalls::open()?,
+        parent: parent.clone(),
     };
-    let (txg_lib, txg_cli) = (txgs(&par)?, txgs(&seq)?);
-    let r2 = ratio(seq_cli, par_lib);
-    println!("2. {N} creates from {N} threads at once vs {N} sequential `zfs create -V`");
-    println!(
-        "  sys::zfs: wall {:.2?} ({} of wall), single creates {:.2?} to {:.2?}, in {txg_lib} txgs",
-        par_lib,
-        per_op(par_lib, N),
-        fastest,
-        slowest
-    );
-    println!(
-        "  zfs CLI:  wall {:.2?} ({}), in {txg_cli} txgs",
-        seq_cli,
-        per_op(seq_cli, N)
-    );
-    println!("  ratio {r2:.2}x (goal >= 6x)");
-    if r2 < 6.0 {
-        missed.push(format!("concurrent creates {r2:.2}x < 6x"));
-    }
-    for n in par.iter().chain(&seq) {
-        zfs.destroy(n)?;
-    }
+    let mut missed = Vec::new();
 
-    // 3. volsize of M zvols.
-    let many = names(&parent, "vs", M)?;
-    let handles: Vec<_> = many
-        .chunks(M / 20)
-        .map(|chunk| {
-            let (zfs, chunk) = (zfs.clone(), chunk.to_vec());
-            std::thread::spawn(move || -> std::result::Result<(), sys::zfs::Error> {
-                for n in chunk {
-                    let mut s = ZvolSpec::new(n, SIZE);
-                    s.provisioning = Provisioning::Sparse;
-                    zfs.create_zvol(&s)?;
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().map_err(|_| "a create thread panicked")??;
+    println!("1. single operations, {N} of each way, in blocks of {BLOCK}");
+    for provisioning in [Provisioning::Thick, Provisioning::Sparse] {
+        let what = match provisioning {
+            Provisioning::Thick => "thick",
+            Provisioning::Sparse => "sparse",
+        };
+        let (create, destroy) = bench.create_destroy(provisioning)?;
+        create.print(&format!("create, {what}"));
+        destroy.print(&format!("destroy, {what}"));
+        for (op, three) in [("create", &create), ("destroy", &destroy)] {
+            if !three.floor().met() {
+                missed.push(format!(
+                    "{op} {what} {:.2}x the floor",
+                    three.floor().ratio()
+                ));
+            }
+        }
     }
-    settle()?;
-    let t = Instant::now();
-    let mut lib_sizes = Vec::with_capacity(M);
-    for n in &many {
-        lib_sizes.push(zfs.volsize(n)?);
+    let volsize = bench.volsize()?;
+    volsize.print("volsize");
+    if !volsize.floor().met() {
+        missed.push(format!("volsize {:.2}x the floor", volsize.floor().ratio()));
     }
-    let vs_lib = t.elapsed();
-    let t = Instant::now();
-    let mut cli_sizes = Vec::with_capacity(M);
-    for n in &many {
-        cli_sizes.push(
-            run("zfs", &["get", "-Hp", "-o", "value", "volsize", n.as_str()])?
-                .trim()
-                .parse::<u64>()?,
-        );
+    if let Err(e) = bench.at_once() {
+        missed.push(e.to_string());
     }
-    let vs_cli = t.elapsed();
-    // Where a volsize read goes: the same ioctl without the property list
-    // (lzc_exists) against the full stats that zfs_open fetches and unpacks.
-    let t = Instant::now();
-    for n in &many {
-        assert!(zfs.exists(n.as_str()));
-    }
-    let ex_lib = t.elapsed();
-    assert_eq!(lib_sizes, cli_sizes, "both read the same sizes");
-    assert!(lib_sizes.iter().all(|s| *s == SIZE));
-    let r3 = ratio(vs_cli, vs_lib);
-    println!("3. volsize of {M} zvols");
-    println!("  sys::zfs: {:.2?} ({})", vs_lib, per_op(vs_lib, M));
-    println!("  zfs get:  {:.2?} ({})", vs_cli, per_op(vs_cli, M));
-    println!(
-        "  (sys::zfs exists, the same ioctl without properties: {})",
-        per_op(ex_lib, M)
-    );
-    println!("  ratio {r3:.2}x (goal >= 25x)");
-    if r3 < 25.0 {
-        missed.push(format!("volsize {r3:.2}x < 25x"));
-    }
+    println!("  {}", conditions());
 
     run("zfs", &["destroy", "-r", &parent])?;
     if missed.is_empty() {

@@ -7,7 +7,7 @@ use crate::{
     volume::VolumeId,
 };
 use std::{sync::Arc, time::Duration};
-use sys::zfs::{DatasetName, DatasetType, Provisioning, SnapshotName, Zfs, ZvolSpec};
+use sys::zfs::{DatasetName, DatasetType, Provisioning, SnapshotName, VolumeStats, Zfs, ZvolSpec};
 
 /// How long a new zvol's device node may take to appear (udev is slow when
 /// many volumes are created at once).
@@ -53,41 +53,54 @@ impl ZfsBackend {
         }
     }
 
-    /// The zvol's GUID, as the `guid` property shows it.
-    fn guid(&self, name: &DatasetName) -> Result<String, AgentError> {
-        self.zfs
-            .property(name, "guid")?
-            .ok_or_else(|| AgentError::Internal(format!("zvol {name}: libzfs reported no guid")))
-    }
-
     /// The record of the zvol `name` with its GUID pinned.
     fn pinned(&self, name: &DatasetName) -> Result<BackendRecord, AgentError> {
-        Ok(BackendRecord::Zvol {
-            dataset: name.to_string(),
-            guid: Some(self.guid(name)?),
-        })
+        Ok(Self::record(name, self.zfs.volume_stats(name)?))
     }
 
-    /// Refuses when the zvol now at `name` is not the one `at` pinned (it
-    /// was renamed away and another made under its name).
-    fn check_identity(&self, name: &DatasetName, at: &BackendRecord) -> Result<(), AgentError> {
-        let BackendRecord::Zvol {
+    /// The record of the zvol `name` with the GUID of `stats`.
+    fn record(name: &DatasetName, stats: VolumeStats) -> BackendRecord {
+        BackendRecord::Zvol {
+            dataset: name.to_string(),
+            guid: Some(stats.guid.to_string()),
+        }
+    }
+
+    /// The size and GUID of the zvol now at `name` (`None`: there is
+    /// none), refused when it is not the one `at` pinned (it was renamed
+    /// away and another made under its name). One statistics ioctl.
+    fn identified(
+        &self,
+        name: &DatasetName,
+        at: &BackendRecord,
+    ) -> Result<Option<VolumeStats>, AgentError> {
+        let stats = match self.zfs.volume_stats(name) {
+            Ok(stats) => stats,
+            Err(sys::zfs::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if let BackendRecord::Zvol {
             guid: Some(pinned), ..
         } = at
-        else {
-            return Ok(());
-        };
-        let found = self.guid(name)?;
-        if &found != pinned {
-            return Err(AgentError::FailedPrecondition(format!(
-                "identity: zvol {name} has GUID {found}, not the pinned {pinned}; it was renamed or re-created"
-            )));
+        {
+            let found = stats.guid.to_string();
+            if &found != pinned {
+                return Err(AgentError::FailedPrecondition(format!(
+                    "identity: zvol {name} has GUID {found}, not the pinned {pinned}; it was renamed or re-created"
+                )));
+            }
         }
-        Ok(())
+        Ok(Some(stats))
     }
 
-    fn state(&self, name: &DatasetName, wait: bool) -> Result<VolumeState, AgentError> {
-        let capacity_bytes = self.zfs.volsize(name)?;
+    /// The volume's size and, when `wait`, its device node once udev made it.
+    fn state(
+        &self,
+        name: &DatasetName,
+        stats: VolumeStats,
+        wait: bool,
+    ) -> Result<VolumeState, AgentError> {
+        let capacity_bytes = stats.volsize;
         let device_path = if wait {
             self.zfs.wait_device(name, DEVICE_TIMEOUT)?
         } else {
@@ -157,26 +170,26 @@ impl Backend for ZfsBackend {
             }
         }
         spec.size = round_up(bytes, spec.volblocksize.unwrap_or(DEFAULT_VOLBLOCKSIZE));
-        if self.zfs.exists(name.as_str()) {
-            self.check_identity(&name, at)?;
-            let existing = self.state(&name, true)?;
+        if let Some(stats) = self.identified(&name, at)? {
+            let existing = self.state(&name, stats, true)?;
             if existing.capacity_bytes < spec.size {
                 return Err(AgentError::AlreadyExists(format!(
                     "zvol {name} exists with {} bytes, less than the {} requested",
                     existing.capacity_bytes, spec.size
                 )));
             }
-            return Ok((self.pinned(&name)?, existing));
+            return Ok((Self::record(&name, stats), existing));
         }
         self.zfs.create_zvol(&spec)?;
-        let record = self.pinned(&name)?;
+        let stats = self.zfs.volume_stats(&name)?;
+        let record = Self::record(&name, stats);
         // Wait for the device node, but a slow udev never turns a created
         // volume into a failed create: export waits for the node again.
-        let state = match self.state(&name, true) {
+        let state = match self.state(&name, stats, true) {
             Ok(state) => state,
             Err(e) => {
                 tracing::warn!(volume = %name, error = %e, "created; its device node is not there yet");
-                self.state(&name, false)?
+                self.state(&name, stats, false)?
             }
         };
         Ok((record, state))
@@ -184,26 +197,28 @@ impl Backend for ZfsBackend {
 
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError> {
         let name = Self::dataset(at)?;
-        if !self.zfs.exists(name.as_str()) {
+        let Some(stats) = self.identified(&name, at)? else {
             return Ok(None);
-        }
-        self.check_identity(&name, at)?;
-        self.state(&name, true).map(Some)
+        };
+        self.state(&name, stats, true).map(Some)
     }
 
     fn destroy(&self, at: &BackendRecord) -> Result<(), AgentError> {
         let name = Self::dataset(at)?;
-        if !self.zfs.exists(name.as_str()) {
+        if self.identified(&name, at)?.is_none() {
             return Ok(());
         }
-        self.check_identity(&name, at)?;
         Ok(self.zfs.destroy(&name)?)
     }
 
     fn expand(&self, at: &BackendRecord, bytes: u64) -> Result<u64, AgentError> {
         let name = Self::dataset(at)?;
-        self.check_identity(&name, at)?;
-        let current = self.zfs.volsize(&name)?;
+        let current = self
+            .identified(&name, at)?
+            .ok_or_else(|| sys::zfs::Error::NotFound {
+                dataset: name.to_string(),
+            })?
+            .volsize;
         if bytes <= current {
             return Ok(current);
         }

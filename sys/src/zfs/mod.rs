@@ -41,6 +41,7 @@
 mod create;
 mod error;
 mod ffi;
+pub mod floor;
 mod nodes;
 mod read;
 mod snapshots;
@@ -52,7 +53,7 @@ pub use api::names::zfs::{
 pub use error::Error;
 pub use types::{
     release_of, versions_match, DatasetInfo, DatasetType, PoolCapacity, Provisioning, Versions,
-    ZvolSpec,
+    VolumeStats, ZvolSpec,
 };
 
 use create::{check_user_property, check_volume_size, translate_property};

@@ -39,17 +39,42 @@ impl Zfs {
 
     /// A volume's `volsize` in bytes; a filesystem is [`Error::WrongType`].
     pub fn volsize(&self, name: &DatasetName) -> Result<u64, Error> {
+        self.volume_stats(name).map(|s| s.volsize)
+    }
+
+    /// A volume's size and GUID; a filesystem is [`Error::WrongType`].
+    ///
+    /// One statistics ioctl and its property list unpacked, without the
+    /// libzfs lock or a dataset handle, so reads from many threads run at
+    /// once.
+    pub fn volume_stats(&self, name: &DatasetName) -> Result<VolumeStats, Error> {
         let ds = name.as_str();
-        self.with_open(ds, ffi::TYPE_DATASET, "get volsize of", |_, d| {
+        let op = "get volume statistics of";
+        let props = match self.lzc.stats(&c_string(ds, ds)?) {
+            Ok(props) => props,
+            Err(errno::ENOENT) => {
+                return Err(Error::NotFound {
+                    dataset: ds.to_owned(),
+                })
+            }
+            Err(e) => return Err(kernel(ds, op, e)),
+        };
+        let value = |key: &std::ffi::CStr| props.as_ref().list(key).and_then(|p| p.u64(c"value"));
+        if let (Some(volsize), Some(guid)) = (value(c"volsize"), value(c"guid")) {
+            return Ok(VolumeStats { volsize, guid });
+        }
+        // No volsize: not a volume (or one being received); libzfs names
+        // what it is.
+        self.with_open(ds, ffi::TYPE_DATASET, op, |_, d| {
             let kind = DatasetType::from_raw(d.kind());
             if kind != DatasetType::Volume {
                 return Err(wrong_type(ds, kind));
             }
-            d.prop_u64(Prop::VOLSIZE).ok_or_else(|| Error::Libzfs {
+            Err(Error::Libzfs {
                 dataset: ds.to_owned(),
-                op: "get volsize of",
+                op,
                 code: 0,
-                message: "no volsize".into(),
+                message: "the kernel's statistics name no volsize or guid".into(),
             })
         })
     }

@@ -82,6 +82,17 @@ impl ZvolSpec {
     }
 }
 
+/// What every request about a volume needs, read in one statistics ioctl
+/// without the libzfs lock ([`Zfs::volume_stats`](super::Zfs::volume_stats)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeStats {
+    /// `volsize` in bytes.
+    pub volsize: u64,
+    /// The dataset's GUID (`zfs get guid`): it stays with the volume
+    /// through renames, and a new volume of the same name has another.
+    pub guid: u64,
+}
+
 /// What a dataset is and holds, read in one open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DatasetInfo {

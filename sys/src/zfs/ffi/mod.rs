@@ -29,6 +29,7 @@ use std::{
     collections::HashMap,
     ffi::{c_char, c_int, c_void, CStr, CString},
     marker::PhantomData,
+    os::fd::OwnedFd,
     ptr::{self, NonNull},
     sync::Mutex,
     time::{Duration, Instant},
@@ -45,6 +46,9 @@ pub(crate) fn cstring(s: &str) -> Result<CString, c_int> {
 
 /// `EINVAL` (Linux).
 pub(crate) const EINVAL: c_int = 22;
+
+/// `ENAMETOOLONG` (Linux).
+pub(crate) const ENAMETOOLONG: c_int = 36;
 
 /// Copies a C string the library owns.
 ///

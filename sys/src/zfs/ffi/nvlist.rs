@@ -20,6 +20,17 @@ impl NvList {
         NonNull::new(p).map(NvList).ok_or(EINVAL)
     }
 
+    /// Unpacks a list the kernel packed (`nvlist_unpack`).
+    pub fn unpack(packed: &[u8]) -> Result<Self, c_int> {
+        let mut p: *mut z::nvlist_t = ptr::null_mut();
+        // SAFETY: the buffer is live and only read for its length; p
+        // receives a new list we own on success.
+        let rc =
+            unsafe { z::nvlist_unpack(packed.as_ptr().cast_mut().cast(), packed.len(), &mut p, 0) };
+        errno(rc)?;
+        NonNull::new(p).map(NvList).ok_or(EINVAL)
+    }
+
     /// Takes ownership of `p` (NULL gives `None`).
     ///
     /// # Safety
@@ -133,6 +144,26 @@ impl<'a> NvListRef<'a> {
             out.push((name, value));
         }
         out
+    }
+
+    /// The nested list named `key`, if there is one.
+    pub fn list(&self, key: &CStr) -> Option<NvListRef<'a>> {
+        let mut v: *mut z::nvlist_t = ptr::null_mut();
+        // SAFETY: the list is alive for 'a and the key NUL-terminated; the
+        // nested list found is part of it, borrowed for 'a.
+        let rc = unsafe { z::nvlist_lookup_nvlist(self.0.as_ptr(), key.as_ptr(), &mut v) };
+        (rc == 0)
+            .then(|| NonNull::new(v).map(|p| NvListRef(p, PhantomData)))
+            .flatten()
+    }
+
+    /// The uint64 named `key`, if there is one.
+    pub fn u64(&self, key: &CStr) -> Option<u64> {
+        let mut v = 0u64;
+        // SAFETY: the list is alive and the key NUL-terminated; the value
+        // is copied out.
+        let rc = unsafe { z::nvlist_lookup_uint64(self.0.as_ptr(), key.as_ptr(), &mut v) };
+        (rc == 0).then_some(v)
     }
 
     /// The int32 pairs (error lists map names to errno values).
