@@ -1,34 +1,50 @@
-//! Benchmark in the kernel lab: the agent's pipeline against its peers.
+//! Benchmark in the kernel lab: the agent's pipeline against the kernel's
+//! own cost and against its peers as they run.
 //!
 //! 1. 50 zvols created, exported over NVMe/TCP with an ACL and an initiator
-//!    allowed, through the agent's gRPC API: all 50 at once, and one at a
-//!    time; against the same done one volume at a time by `zfs create -V`
-//!    subprocesses and per-object shell writes to configfs.
+//!    allowed, through the agent's gRPC API, all 50 at once and one at a
+//!    time; against
+//!    - the floor: the same kernel work done bare in-process (lzc_create,
+//!      the wait for the device node, the configfs mkdirs, writes and
+//!      links), at once from 50 threads and one at a time;
+//!    - the peers: one `bash` per volume running `zfs create -V`, a wait
+//!      for the device node and the configfs writes (what a driver that
+//!      shells out does), 50 processes at once and one at a time.
+//!
+//!    The agent's own log gives, for the requests made one at a time, how
+//!    much each RPC added above its backend or configfs work.
 //! 2. Restart reconciliation: the agent killed, configfs emptied, the agent
 //!    started again re-creating every export from its fence marks (at half
 //!    and at all of the exports, for linearity); against writing the same
 //!    configfs state directly with a shell script.
 //! 3. The agent's resident memory when idle.
 //!
-//! Run with `make bench FILTER=agent`. Absolute times under TCG mean little;
-//! the ratios are the result.
+//! Run with `make bench FILTER=agent_pipeline`. Absolute times under TCG
+//! mean little; the ratios are the result. Goal: the agent with 50 at once
+//! at least 3x faster than the peers' 50 processes at once.
 use pillar_csi_lab::{
     agent::{AgentConfig, AgentProcess, Client, ZfsParent},
-    bench::{empty_nvmet, ms, rss_kib},
+    bench::{conditions, empty_nvmet, ms, processes_at_once, rss_kib, threads_at_once},
     run, Lab, Result,
 };
 use pillar_csi_proto::agent::v1 as pb;
 use std::{
     fmt::Write as _,
     io::Write as _,
+    path::Path,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
+use sys::zfs::floor::BareCalls;
 
 const PIPELINE: usize = 50;
 const RESTART: usize = 500;
 const HOST: &str = "nqn.2026-01.com.bhyoo.pillar-csi.bench:host";
 const SIZE: u64 = 1 << 20;
+const NVMET: &str = "/sys/kernel/config/nvmet";
+/// The goal of the agent with every volume at once against the peers'
+/// processes at once.
+const AT_ONCE_GOAL: f64 = 3.0;
 
 fn fence(i: usize) -> Option<pb::FenceToken> {
     Some(pb::FenceToken {
@@ -71,6 +87,34 @@ async fn pipeline(mut client: Client, pool: String, name: String, i: usize) -> R
     Ok(())
 }
 
+/// The floor of one pipeline: a sparse zvol made by `lzc_create`, its
+/// device node waited for, and its NVMe/TCP export with the ACL written to
+/// configfs directly, no reads, no checks.
+fn floor_pipeline(bare: &BareCalls, dataset: &str, nqn: &str, port: u16) -> Result<()> {
+    bare.create_zvol(dataset, SIZE, None)?;
+    let device = format!("/dev/zvol/{dataset}");
+    let start = Instant::now();
+    while !Path::new(&device).exists() {
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(format!("{device} did not appear within 60 s").into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let sub = format!("{NVMET}/subsystems/{nqn}");
+    std::fs::create_dir(&sub)?;
+    std::fs::create_dir(format!("{sub}/namespaces/1"))?;
+    std::fs::write(format!("{sub}/namespaces/1/device_path"), &device)?;
+    std::fs::write(format!("{sub}/namespaces/1/enable"), "1")?;
+    let host = format!("{NVMET}/hosts/{HOST}");
+    match std::fs::create_dir(&host) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e.into()),
+        _ => {}
+    }
+    std::os::unix::fs::symlink(&host, format!("{sub}/allowed_hosts/{HOST}"))?;
+    std::os::unix::fs::symlink(&sub, format!("{NVMET}/ports/{port}/subsystems/{nqn}"))?;
+    Ok(())
+}
+
 /// Runs `script` with bash on standard input; returns the wall time.
 fn bash(script: &str) -> Result<Duration> {
     let start = Instant::now();
@@ -89,7 +133,7 @@ fn bash(script: &str) -> Result<Duration> {
 
 /// The configfs writes of one NVMe/TCP export with an ACL, as a script would make them.
 fn export_script(s: &mut String, nqn: &str, device: &str, port: u16) -> Result<()> {
-    let n = "/sys/kernel/config/nvmet";
+    let n = NVMET;
     writeln!(
         s,
         "mkdir {n}/subsystems/{nqn} {n}/subsystems/{nqn}/namespaces/1"
@@ -99,7 +143,7 @@ fn export_script(s: &mut String, nqn: &str, device: &str, port: u16) -> Result<(
         "echo -n {device} > {n}/subsystems/{nqn}/namespaces/1/device_path"
     )?;
     writeln!(s, "echo 1 > {n}/subsystems/{nqn}/namespaces/1/enable")?;
-    writeln!(s, "[ -d {n}/hosts/{HOST} ] || mkdir {n}/hosts/{HOST}")?;
+    writeln!(s, "mkdir -p {n}/hosts/{HOST}")?;
     writeln!(
         s,
         "ln -s {n}/hosts/{HOST} {n}/subsystems/{nqn}/allowed_hosts/{HOST}"
@@ -111,8 +155,20 @@ fn export_script(s: &mut String, nqn: &str, device: &str, port: u16) -> Result<(
     Ok(())
 }
 
+/// One peer's whole pipeline for one volume, as one `bash`: `zfs create
+/// -V`, a wait for the device node, the configfs writes.
+fn peer_command(dataset: &str, nqn: &str, port: u16) -> Result<Command> {
+    let device = format!("/dev/zvol/{dataset}");
+    let mut s =
+        format!("set -e\nzfs create -s -V 1M {dataset}\nudevadm wait --timeout=60 {device}\n");
+    export_script(&mut s, nqn, &device, port)?;
+    let mut c = Command::new("bash");
+    c.args(["-c", &s]);
+    Ok(c)
+}
+
 fn port_script(s: &mut String, port: u16, tcp: u16) -> Result<()> {
-    let p = format!("/sys/kernel/config/nvmet/ports/{port}");
+    let p = format!("{NVMET}/ports/{port}");
     writeln!(
         s,
         "mkdir {p}; echo tcp > {p}/addr_trtype; echo ipv4 > {p}/addr_adrfam"
@@ -122,6 +178,32 @@ fn port_script(s: &mut String, port: u16, tcp: u16) -> Result<()> {
         "echo 127.0.0.1 > {p}/addr_traddr; echo {tcp} > {p}/addr_trsvcid"
     )?;
     Ok(())
+}
+
+/// The sums, over the agent's log lines of `message` for the volumes whose
+/// name starts with `prefix`, of `part` (the backend's or configfs's work)
+/// and `total_ms` (the whole RPC inside the agent).
+fn log_sums(log: &str, message: &str, prefix: &str, part: &str) -> (u64, u64, usize) {
+    let field = |line: &str, key: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{key}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut sums = (0, 0, 0);
+    for line in log.lines().filter(|l| l.contains(message)) {
+        let ours = line.split_whitespace().any(|w| {
+            w.strip_prefix("volume=")
+                .and_then(|v| v.rsplit('/').next())
+                .is_some_and(|n| n.starts_with(prefix))
+        });
+        if ours {
+            sums.0 += field(line, part);
+            sums.1 += field(line, "total_ms");
+            sums.2 += 1;
+        }
+    }
+    sums
 }
 
 #[tokio::main]
@@ -144,7 +226,9 @@ async fn main() -> Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle_kib = agent.pid().map(rss_kib).transpose()?.unwrap_or(0);
 
-    // 1. The pipeline: all at once, then one at a time.
+    println!("agent_pipeline: {}", conditions());
+
+    // 1. The pipeline through the agent: all at once, then one at a time.
     let mut client = agent.client().await?;
     let start = Instant::now();
     let tasks: Vec<_> = (0..PIPELINE)
@@ -173,48 +257,101 @@ async fn main() -> Result<()> {
     }
     let sequential = start.elapsed();
 
-    // The peers: one volume at a time, zfs create -V then configfs writes.
+    // The floor, in-process on its own port: at once, then one at a time.
     let mut setup = String::from("set -e\n");
+    port_script(&mut setup, 41, 4452)?;
     port_script(&mut setup, 40, 4451)?;
     bash(&setup)?;
+    let bare = BareCalls::open()?;
+    let dataset = parent.dataset();
+    let floor_one = |way: &str, i: usize| {
+        floor_pipeline(
+            &bare,
+            &format!("{dataset}/{way}{i}"),
+            &format!("nqn.2026-01.com.bhyoo.pillar-csi.bench:{way}{i}"),
+            41,
+        )
+    };
+    run("udevadm", &["settle"])?;
+    let (floor_concurrent, _) = threads_at_once(PIPELINE, |i| floor_one("fc", i))?;
+    run("udevadm", &["settle"])?;
     let start = Instant::now();
     for i in 0..PIPELINE {
-        let ds = format!("{}/p{i}", parent.dataset());
-        run("zfs", &["create", "-s", "-V", "1M", &ds])?;
-        run("udevadm", &["settle"])?;
-        let mut s = String::from("set -e\n");
-        export_script(
-            &mut s,
-            &format!("nqn.2026-01.com.bhyoo.pillar-csi.bench:p{i}"),
-            &format!("/dev/zvol/{ds}"),
-            40,
-        )?;
-        bash(&s)?;
+        floor_one("fs", i)?;
     }
-    let peers = start.elapsed();
+    let floor_sequential = start.elapsed();
+
+    // The peers, one bash per volume: at once, then one at a time.
+    let peer = |way: &str, i: usize| {
+        peer_command(
+            &format!("{dataset}/{way}{i}"),
+            &format!("nqn.2026-01.com.bhyoo.pillar-csi.bench:{way}{i}"),
+            40,
+        )
+    };
+    run("udevadm", &["settle"])?;
+    let commands = (0..PIPELINE)
+        .map(|i| peer("pc", i))
+        .collect::<Result<Vec<_>>>()?;
+    let peers_concurrent = processes_at_once(commands)?;
+    run("udevadm", &["settle"])?;
+    let mut peers_sequential = Duration::ZERO;
+    for i in 0..PIPELINE {
+        peers_sequential += processes_at_once(vec![peer("ps", i)?])?;
+    }
+
     println!(
         "agent_pipeline: {PIPELINE} x (create zvol + export NVMe/TCP with ACL + allow initiator)"
     );
+    let line = |what: &str, at_once: Duration, one_by_one: Duration| {
+        println!(
+            "  {what:<44} all at once {:8.1} ms ({:6.1} ms/volume), one at a time {:8.1} ms ({:6.1} ms/volume)",
+            ms(at_once),
+            ms(at_once) / PIPELINE as f64,
+            ms(one_by_one),
+            ms(one_by_one) / PIPELINE as f64
+        )
+    };
+    line("agent (gRPC)", concurrent, sequential);
+    line(
+        "floor (bare calls, in-process)",
+        floor_concurrent,
+        floor_sequential,
+    );
+    line(
+        "peers (bash: zfs create -V, configfs)",
+        peers_concurrent,
+        peers_sequential,
+    );
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    let at_once = ratio(peers_concurrent, concurrent);
     println!(
-        "  agent, all at once  {:9.1} ms ({:.1} ms/volume)",
-        ms(concurrent),
-        ms(concurrent) / PIPELINE as f64
+        "  agent against the floor: all at once {:.2}x, one at a time {:.2}x",
+        ratio(concurrent, floor_concurrent),
+        ratio(sequential, floor_sequential)
     );
     println!(
-        "  agent, one at a time {:8.1} ms ({:.1} ms/volume)",
-        ms(sequential),
-        ms(sequential) / PIPELINE as f64
+        "  peers against the agent: all at once {at_once:.2}x (goal >= {AT_ONCE_GOAL}x), one at a time {:.2}x",
+        ratio(peers_sequential, sequential)
     );
-    println!(
-        "  zfs create -V + shell configfs writes, one at a time {:.1} ms ({:.1} ms/volume)",
-        ms(peers),
-        ms(peers) / PIPELINE as f64
-    );
-    println!(
-        "  ratio peers/agent: all at once {:.2}x, one at a time {:.2}x",
-        ms(peers) / ms(concurrent),
-        ms(peers) / ms(sequential)
-    );
+    // What the agent adds above its backend and configfs work, from its
+    // own log of the requests made one at a time.
+    let log = agent.log();
+    for (rpc, message, part) in [
+        ("CreateVolume", "volume created", "backend_ms"),
+        ("ExportVolume", "volume exported", "apply_ms"),
+        ("AllowInitiator", "initiator access changed", "apply_ms"),
+    ] {
+        let (work, total, n) = log_sums(&log, message, "s", part);
+        println!(
+            "  {rpc:<15} one at a time, in the agent: {} of {n}: work {:.1} ms/op, whole RPC {:.1} ms/op: +{:.1}% above the work",
+            part.trim_end_matches("_ms"),
+            work as f64 / n.max(1) as f64,
+            total as f64 / n.max(1) as f64,
+            (total as f64 / work.max(1) as f64 - 1.0) * 100.0
+        );
+    }
+    println!("agent_pipeline: {}", conditions());
     empty_nvmet()?;
 
     // 2. Restart reconciliation at half and all of RESTART exports.
@@ -287,5 +424,11 @@ async fn main() -> Result<()> {
         idle_kib as f64 / 1024.0
     );
     agent.kill()?;
+    if at_once < AT_ONCE_GOAL {
+        return Err(format!(
+            "the agent with {PIPELINE} at once is {at_once:.2}x the peers' processes at once, goal {AT_ONCE_GOAL}x"
+        )
+        .into());
+    }
     Ok(())
 }

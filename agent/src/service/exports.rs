@@ -9,7 +9,7 @@ use crate::{
     marks::{BackendRecord, ExportRecord, FenceMark},
     volume::{truncate, VolumeId},
 };
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 use tracing::{info, warn};
 
 /// The longest initiator name accepted (an NQN's limit).
@@ -175,18 +175,28 @@ impl Agent {
         record: ExportRecord,
         token: Option<Token>,
     ) -> Result<ExportInfo, AgentError> {
+        let started = Instant::now();
         let mut txn = self.begin(&id, token.as_ref(), Call::Other).await?;
         let location = recorded(&id, &txn.mark)?;
         let device = self.device_of(&id, &location).await?;
         let previous = txn.mark.exports.get(protocol.as_str()).cloned();
+        let apply_started = Instant::now();
         let info = self
             .apply_or_undo(&id, protocol, &device, &record, previous.as_ref())
             .await?;
+        let apply_ms = apply_started.elapsed().as_millis();
         txn.mark
             .exports
             .insert(protocol.as_str().to_owned(), record);
         txn.commit().await?;
-        info!(volume = %id, protocol = protocol.as_str(), target = %info.target_id, "volume exported");
+        info!(
+            volume = %id,
+            protocol = protocol.as_str(),
+            target = %info.target_id,
+            apply_ms,
+            total_ms = started.elapsed().as_millis(),
+            "volume exported"
+        );
         Ok(info)
     }
 
@@ -242,6 +252,7 @@ impl Agent {
         allow: bool,
         token: Option<Token>,
     ) -> Result<(), AgentError> {
+        let started = Instant::now();
         let mut txn = self.begin(&id, token.as_ref(), Call::Other).await?;
         let not_exported = || {
             AgentError::FailedPrecondition(format!(
@@ -258,17 +269,29 @@ impl Agent {
             .ok_or_else(not_exported)?;
         let mut record = previous.clone();
         if allow {
-            record.allowed_initiators.insert(initiator);
+            record.allowed_initiators.insert(initiator.clone());
         } else {
             record.allowed_initiators.remove(&initiator);
         }
         let device = self.device_of(&id, &location).await?;
+        let apply_started = Instant::now();
         self.apply_or_undo(&id, protocol, &device, &record, Some(&previous))
             .await?;
+        let apply_ms = apply_started.elapsed().as_millis();
         txn.mark
             .exports
             .insert(protocol.as_str().to_owned(), record);
-        txn.commit().await
+        txn.commit().await?;
+        info!(
+            volume = %id,
+            protocol = protocol.as_str(),
+            initiator = %initiator,
+            allow,
+            apply_ms,
+            total_ms = started.elapsed().as_millis(),
+            "initiator access changed"
+        );
+        Ok(())
     }
 }
 
