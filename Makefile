@@ -54,6 +54,8 @@ lab:
 	tests/lab/run tests $(if $(FILTER),-- $(FILTER))
 
 ## Benchmarks in the lab (ratios from one run); not part of `make test`.
+## Refused while another lab guest runs (BENCH_SHARED=1 measures anyway);
+## LOAD=n runs n busy loops on the host beside the guest.
 bench: deps
 	tests/lab/run bench $(if $(FILTER),-- $(FILTER))
 
