@@ -86,6 +86,33 @@ pub fn plan_apply_revoking(present: &State, desired: &State) -> Result<RevokingP
     Ok(RevokingPlan { steps, cut_off })
 }
 
+impl RevokingPlan {
+    /// Whether every step makes, changes or removes only objects of
+    /// subsystem `nqn`: its own folder and what is in it, and its links
+    /// from ports. Such a plan cannot collide with a plan for another
+    /// subsystem; one that makes or changes a port or a host object can.
+    pub fn only_subsystem(&self, nqn: &Nqn) -> bool {
+        let own_dir = subsystem_dir(nqn);
+        let own = |path: &str| {
+            path == own_dir
+                || path
+                    .strip_prefix(&own_dir)
+                    .is_some_and(|rest| rest.starts_with('/'))
+                || path
+                    .strip_prefix("ports/")
+                    .and_then(|rest| rest.split_once('/'))
+                    .is_some_and(|(_, link)| link == format!("subsystems/{nqn}"))
+        };
+        self.steps.iter().all(|step| match step {
+            Step::Mkdir(p) | Step::Rmdir(p) | Step::Unlink(p) => own(p),
+            Step::Write { path, .. } => own(path),
+            // A link's target is only read; linking to a host object
+            // relies on it staying, which the caller's locking must see to.
+            Step::Symlink { link, .. } => own(link),
+        })
+    }
+}
+
 /// The subsystems of `desired` whose access narrows from `present`.
 fn narrowed(present: &State, desired: &State) -> BTreeSet<Nqn> {
     desired
@@ -111,6 +138,15 @@ impl Nvmet {
     /// controller that connected under the old access rules of a narrowed
     /// subsystem is left, and the subsystem is linked to its ports again.
     pub fn apply_revoking(&self, desired: &State) -> Result<RevokingPlan, Error> {
+        let plan = self.plan_revoking(desired)?;
+        self.tree().run(&plan.steps)?;
+        Ok(plan)
+    }
+
+    /// The plan [`Nvmet::apply_revoking`] would run now, read and made but
+    /// not run (a caller may look at what it touches first, then run its
+    /// steps with [`configfs::Tree::run`]).
+    pub fn plan_revoking(&self, desired: &State) -> Result<RevokingPlan, Error> {
         let mut present = self.read_scoped(desired)?;
         let narrowed = narrowed(&present, desired);
         if !narrowed.is_empty() {
@@ -132,9 +168,7 @@ impl Nvmet {
                 }
             }
         }
-        let plan = plan_apply_revoking(&present, desired)?;
-        self.tree().run(&plan.steps)?;
-        Ok(plan)
+        plan_apply_revoking(&present, desired)
     }
 }
 
@@ -142,6 +176,43 @@ impl Nvmet {
 mod tests {
     use super::*;
     use crate::{Namespace, Nsid, Port};
+
+    #[test]
+    fn a_plan_is_only_its_subsystems_when_it_makes_no_port_or_host() {
+        let v = nqn("v");
+        let mut present = export(&[]);
+        // A new export onto an existing port: its own objects and its link.
+        let new = plan_apply_revoking(&present, &export(&[])).expect("plan");
+        assert!(new.steps.is_empty());
+        present.subsystems.clear();
+        present
+            .ports
+            .values_mut()
+            .for_each(|p| p.subsystems.clear());
+        let fresh = plan_apply_revoking(&present, &export(&[])).expect("plan");
+        assert!(!fresh.steps.is_empty());
+        assert!(fresh.only_subsystem(&v), "{:?}", fresh.steps);
+        assert!(!fresh.only_subsystem(&nqn("w")));
+        // Allowing a host whose object is missing makes that object.
+        let with_host = plan_apply_revoking(&export(&[]), &export(&["a"])).expect("plan");
+        assert!(!with_host.only_subsystem(&v), "{:?}", with_host.steps);
+        // With the host there, only the subsystem's link to it.
+        let mut hosts_present = export(&[]);
+        hosts_present.hosts.insert(nqn("a"));
+        let link = plan_apply_revoking(&hosts_present, &export(&["a"])).expect("plan");
+        assert!(link.only_subsystem(&v), "{:?}", link.steps);
+        // No port at all: the plan makes it.
+        let mut no_port = State::default();
+        no_port.hosts.insert(nqn("a"));
+        let port = plan_apply_revoking(&no_port, &export(&["a"])).expect("plan");
+        assert!(!port.only_subsystem(&v), "{:?}", port.steps);
+        // A subsystem whose name starts like ours is not ours.
+        let plan = RevokingPlan {
+            steps: vec![Step::mkdir(format!("subsystems/{v}x"))],
+            cut_off: vec![],
+        };
+        assert!(!plan.only_subsystem(&v));
+    }
 
     fn nqn(s: &str) -> Nqn {
         Nqn::new(&format!("nqn.2026-01.org.example:{s}")).expect("valid test NQN")

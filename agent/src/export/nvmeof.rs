@@ -2,7 +2,7 @@
 use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, Teardown};
-use std::{collections::BTreeSet, path::Path, sync::Mutex};
+use std::{collections::BTreeSet, path::Path, sync::RwLock};
 use tracing::info;
 
 /// The NQN prefix of every subsystem this agent makes.
@@ -16,9 +16,11 @@ pub struct NvmetExporter {
     target: Nvmet,
     listener: Listener,
     port: PortId,
-    /// configfs changes are serialised: they are fast, and two exports
-    /// racing to create the shared port would collide.
-    apply: Mutex<()>,
+    /// Changes to different subsystems run side by side (read); a change
+    /// that makes or moves the port, makes a host object or removes one
+    /// runs alone (write), so that no export sees a shared object change
+    /// under it and two exports never race to make the same one.
+    apply: RwLock<()>,
 }
 
 impl NvmetExporter {
@@ -32,7 +34,7 @@ impl NvmetExporter {
             target,
             listener,
             port,
-            apply: Mutex::new(()),
+            apply: RwLock::new(()),
         }
     }
 
@@ -105,12 +107,64 @@ impl NvmetExporter {
         Ok(())
     }
 
-    fn locked<T>(&self, f: impl FnOnce() -> Result<T, AgentError>) -> Result<T, AgentError> {
+    /// Runs `f` alone: no other change of this exporter runs meanwhile.
+    fn alone<T>(&self, f: impl FnOnce() -> Result<T, AgentError>) -> Result<T, AgentError> {
         let _guard = self
             .apply
-            .lock()
+            .write()
             .map_err(|_| AgentError::Internal("nvmet exporter lock poisoned".into()))?;
         f()
+    }
+
+    /// Runs `f` beside other changes of other subsystems, never beside one
+    /// that runs [`Self::alone`].
+    fn beside_others<T>(&self, f: impl FnOnce() -> Result<T, AgentError>) -> Result<T, AgentError> {
+        let _guard = self
+            .apply
+            .read()
+            .map_err(|_| AgentError::Internal("nvmet exporter lock poisoned".into()))?;
+        f()
+    }
+
+    /// Applies `desired` (subsystem `nqn` on this exporter's port), cutting
+    /// off hosts that lose access. The plan is made beside other changes;
+    /// when it touches only `nqn`'s own objects it runs there, else it is
+    /// made again and run alone. Returns the plan run and the hosts the
+    /// subsystem allowed before.
+    fn apply_subsystem(
+        &self,
+        nqn: &Nqn,
+        desired: State,
+        port: Port,
+    ) -> Result<(nvmet::RevokingPlan, BTreeSet<Nqn>), AgentError> {
+        // The desired state with the port's links to this agent's other
+        // subsystems when the port moves, and the hosts allowed before.
+        let read = || -> Result<(State, BTreeSet<Nqn>), AgentError> {
+            let mut port = port.clone();
+            port.subsystems.extend(self.own_links_if_moving(&port)?);
+            let mut desired = desired.clone();
+            desired.ports.insert(self.port, port);
+            Ok((desired, self.allowed_hosts(nqn)?))
+        };
+        let shared = self.beside_others(|| {
+            let (desired, before) = read()?;
+            let plan = self.target.plan_revoking(&desired)?;
+            if !plan.only_subsystem(nqn) {
+                return Ok(None);
+            }
+            self.target
+                .tree()
+                .run(&plan.steps)
+                .map_err(nvmet::Error::from)?;
+            Ok(Some((plan, before)))
+        })?;
+        match shared {
+            Some(done) => Ok(done),
+            None => self.alone(|| {
+                let (desired, before) = read()?;
+                Ok((self.target.apply_revoking(&desired)?, before))
+            }),
+        }
     }
 }
 
@@ -166,15 +220,12 @@ impl Exporter for NvmetExporter {
         // Hosts that lose access are cut off before this returns: the
         // subsystem is unlinked from its port (the kernel deletes its
         // controllers there), its ACL changed, and linked back.
-        let plan = self.locked(|| {
-            let before = self.allowed_hosts(&nqn)?;
-            port.subsystems.extend(self.own_links_if_moving(&port)?);
-            desired.ports.insert(self.port, port);
-            let plan = self.target.apply_revoking(&desired)?;
-            let now = self.allowed_hosts(&nqn)?;
-            self.remove_unused_hosts(before.difference(&now).cloned().collect())?;
-            Ok(plan)
-        })?;
+        let (plan, before) = self.apply_subsystem(&nqn, desired, port)?;
+        let now = self.beside_others(|| self.allowed_hosts(&nqn))?;
+        let dropped: BTreeSet<Nqn> = before.difference(&now).cloned().collect();
+        if !dropped.is_empty() {
+            self.alone(|| self.remove_unused_hosts(dropped))?;
+        }
         if !plan.cut_off.is_empty() {
             info!(volume = %volume, subsystem = %nqn, "controllers cut off: access narrowed, subsystem relinked to its ports");
         }
@@ -187,14 +238,17 @@ impl Exporter for NvmetExporter {
 
     fn unexport(&self, volume: &VolumeId) -> Result<(), AgentError> {
         let nqn = Self::nqn(volume)?;
-        self.locked(|| {
+        // The teardown removes only the subsystem's own objects; the host
+        // objects it no longer needs go alone.
+        let allowed = self.beside_others(|| {
             let allowed = self.allowed_hosts(&nqn)?;
             self.target.teardown(&Teardown {
                 subsystems: [nqn].into(),
                 ..Default::default()
             })?;
-            self.remove_unused_hosts(allowed)
-        })
+            Ok(allowed)
+        })?;
+        self.alone(|| self.remove_unused_hosts(allowed))
     }
 
     fn revalidate(&self, volume: &VolumeId) -> Result<(), AgentError> {
