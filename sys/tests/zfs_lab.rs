@@ -108,6 +108,12 @@ fn zfs_lab_thick_zvol_with_typed_properties_matches_the_cli() -> Result<()> {
         Some("lab test")
     );
     assert_eq!(zfs.volsize(&ds)?, 96 * MIB);
+    // The lock-free read (one statistics ioctl) says what the CLI says.
+    let stats = zfs.volume_stats(&ds)?;
+    assert_eq!(
+        (stats.volsize, stats.guid),
+        (96 * MIB, zget_u64(d, "guid")?)
+    );
     assert_eq!(zfs.dataset_type(&ds)?, DatasetType::Volume);
     for p in [
         "compression",
@@ -301,6 +307,14 @@ fn zfs_lab_list_zvols_exactly_one_level_below_a_parent() -> Result<()> {
     let fs = DatasetName::new(&format!("{parent}/fs"))?;
     assert_eq!(zfs.dataset_type(&fs)?, DatasetType::Filesystem);
     assert!(matches!(zfs.volsize(&fs), Err(Error::WrongType { .. })));
+    assert!(matches!(
+        zfs.volume_stats(&fs),
+        Err(Error::WrongType { .. })
+    ));
+    assert!(matches!(
+        zfs.volume_stats(&DatasetName::new(&format!("{parent}/missing"))?),
+        Err(Error::NotFound { .. })
+    ));
 
     run("zfs", &["destroy", "-r", &parent])?;
     Ok(())
