@@ -73,6 +73,9 @@ const FUNCTIONS: &[&str] = &[
     "nvlist_unpack",
     "nvlist_lookup_nvlist",
     "nvlist_lookup_uint64",
+    // sys's tests pack lists as the kernel does, to read them back.
+    "nvlist_add_nvlist",
+    "nvlist_pack",
 ];
 
 /// Types and constants bound besides those the functions pull in.

@@ -31,11 +31,10 @@ use pillar_csi_proto::agent::v1 as pb;
 use std::{
     fmt::Write as _,
     io::Write as _,
-    path::Path,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
-use sys::zfs::floor::BareCalls;
+use sys::zfs::{floor::BareCalls, DatasetName, Zfs};
 
 const PIPELINE: usize = 50;
 const RESTART: usize = 500;
@@ -88,22 +87,21 @@ async fn pipeline(mut client: Client, pool: String, name: String, i: usize) -> R
 }
 
 /// The floor of one pipeline: a sparse zvol made by `lzc_create`, its
-/// device node waited for, and its NVMe/TCP export with the ACL written to
-/// configfs directly, no reads, no checks.
-fn floor_pipeline(bare: &BareCalls, dataset: &str, nqn: &str, port: u16) -> Result<()> {
+/// device node waited for as the agent waits (udev's event, asked for again
+/// when udev dropped it, as it does with many zvols at once), and its
+/// NVMe/TCP export with the ACL written to configfs directly, no reads, no
+/// checks.
+fn floor_pipeline(bare: &BareCalls, zfs: &Zfs, dataset: &str, nqn: &str, port: u16) -> Result<()> {
     bare.create_zvol(dataset, SIZE, None)?;
-    let device = format!("/dev/zvol/{dataset}");
-    let start = Instant::now();
-    while !Path::new(&device).exists() {
-        if start.elapsed() > Duration::from_secs(60) {
-            return Err(format!("{device} did not appear within 60 s").into());
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let device = zfs.wait_device(&DatasetName::new(dataset)?, Duration::from_secs(90))?;
+    let device = device.display();
     let sub = format!("{NVMET}/subsystems/{nqn}");
     std::fs::create_dir(&sub)?;
     std::fs::create_dir(format!("{sub}/namespaces/1"))?;
-    std::fs::write(format!("{sub}/namespaces/1/device_path"), &device)?;
+    std::fs::write(
+        format!("{sub}/namespaces/1/device_path"),
+        device.to_string(),
+    )?;
     std::fs::write(format!("{sub}/namespaces/1/enable"), "1")?;
     let host = format!("{NVMET}/hosts/{HOST}");
     match std::fs::create_dir(&host) {
@@ -263,10 +261,12 @@ async fn main() -> Result<()> {
     port_script(&mut setup, 40, 4451)?;
     bash(&setup)?;
     let bare = BareCalls::open()?;
+    let zfs = Zfs::open()?;
     let dataset = parent.dataset();
     let floor_one = |way: &str, i: usize| {
         floor_pipeline(
             &bare,
+            &zfs,
             &format!("{dataset}/{way}{i}"),
             &format!("nqn.2026-01.com.bhyoo.pillar-csi.bench:{way}{i}"),
             41,

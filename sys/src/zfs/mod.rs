@@ -43,6 +43,7 @@ mod error;
 mod ffi;
 pub mod floor;
 mod nodes;
+mod packed;
 mod read;
 mod snapshots;
 mod types;

@@ -50,8 +50,9 @@ impl Zfs {
     pub fn volume_stats(&self, name: &DatasetName) -> Result<VolumeStats, Error> {
         let ds = name.as_str();
         let op = "get volume statistics of";
-        let props = match self.lzc.stats(&c_string(ds, ds)?) {
-            Ok(props) => props,
+        let mut buffer = Vec::new();
+        let len = match self.lzc.stats_packed(&c_string(ds, ds)?, &mut buffer) {
+            Ok(len) => len,
             Err(errno::ENOENT) => {
                 return Err(Error::NotFound {
                     dataset: ds.to_owned(),
@@ -59,8 +60,19 @@ impl Zfs {
             }
             Err(e) => return Err(kernel(ds, op, e)),
         };
-        let value = |key: &std::ffi::CStr| props.as_ref().list(key).and_then(|p| p.u64(c"value"));
-        if let (Some(volsize), Some(guid)) = (value(c"volsize"), value(c"guid")) {
+        let packed = &buffer[..len];
+        // Read in place; a list this reader does not understand is
+        // unpacked by libnvpair instead.
+        let values = match packed::property_values(packed, &["volsize", "guid"]) {
+            Some(values) => values,
+            None => {
+                let props = NvList::unpack(packed).map_err(|e| kernel(ds, op, e))?;
+                let value =
+                    |key: &std::ffi::CStr| props.as_ref().list(key).and_then(|p| p.u64(c"value"));
+                vec![value(c"volsize"), value(c"guid")]
+            }
+        };
+        if let [Some(volsize), Some(guid)] = values[..] {
             return Ok(VolumeStats { volsize, guid });
         }
         // No volsize: not a volume (or one being received); libzfs names

@@ -101,13 +101,6 @@ impl Lzc {
         }
     }
 
-    /// The property list of the statistics ioctl, unpacked.
-    pub fn stats(&self, name: &CStr) -> Result<NvList, c_int> {
-        let mut buffer = Vec::new();
-        let len = self.stats_packed(name, &mut buffer)?;
-        NvList::unpack(&buffer[..len])
-    }
-
     /// `lzc_create` of a volume (or filesystem) with kernel-form properties.
     pub fn create(&self, name: &CStr, zvol: bool, props: &NvList) -> Result<(), c_int> {
         let kind = if zvol {

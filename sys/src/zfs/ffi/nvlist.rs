@@ -63,12 +63,44 @@ impl NvList {
         errno(unsafe { z::nvlist_add_string(self.as_ptr(), k.as_ptr(), v.as_ptr()) })
     }
 
+    /// Adds `key = list` (copied), as the kernel nests a property's value
+    /// and source.
+    #[cfg(test)]
+    pub fn add_list(&mut self, key: &str, list: &NvList) -> Result<(), c_int> {
+        let k = cstring(key)?;
+        // SAFETY: both lists are live; the added one is copied.
+        errno(unsafe { z::nvlist_add_nvlist(self.as_ptr(), k.as_ptr(), list.as_ptr()) })
+    }
+
+    /// The list packed in the native encoding, as the kernel packs the
+    /// lists it hands out.
+    #[cfg(test)]
+    pub fn pack(&self) -> Result<Vec<u8>, c_int> {
+        let mut buf: *mut c_char = ptr::null_mut();
+        let mut len = 0usize;
+        // SAFETY: the list is live; libnvpair allocates `buf` (malloc) for
+        // `len` bytes, copied out and freed below.
+        let rc = unsafe { z::nvlist_pack(self.as_ptr(), &mut buf, &mut len, 0, 0) };
+        errno(rc)?;
+        // SAFETY: on success `buf` holds `len` bytes, ours to free.
+        let out = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec();
+        // SAFETY: allocated by libnvpair with malloc for us; freed once.
+        unsafe { libc_free(buf.cast()) };
+        Ok(out)
+    }
+
     /// Adds `key` as a boolean flag (how snapshot lists name their members).
     pub fn add_boolean(&mut self, key: &str) -> Result<(), c_int> {
         let k = cstring(key)?;
         // SAFETY: as add_u64.
         errno(unsafe { z::nvlist_add_boolean(self.as_ptr(), k.as_ptr()) })
     }
+}
+
+#[cfg(test)]
+unsafe extern "C" {
+    #[link_name = "free"]
+    fn libc_free(p: *mut c_void);
 }
 
 impl Drop for NvList {
