@@ -41,7 +41,7 @@ const SHELL_HBA: u32 = 2000;
 struct Exports {
     lio: Lio,
     /// Loop devices: the first half for ours, the peers and the threads,
-    /// the second for the floor (present beside ours).
+    /// the second for the floor (present beside ours), then the anchor.
     devices: Vec<PathBuf>,
     portal: SocketAddr,
 }
@@ -55,10 +55,11 @@ impl Exports {
     }
 
     fn device(&self, set: &str, k: usize) -> Result<&Path> {
-        let i = if set == "floor" {
-            k + self.devices.len() / 2
-        } else {
-            k
+        let half = self.devices.len() / 2;
+        let i = match set {
+            "floor" => k + half,
+            "anchor" => 2 * half + k,
+            _ => k,
         };
         Ok(self.devices.get(i).ok_or("too few loop devices")?)
     }
@@ -212,7 +213,9 @@ fn main() -> Result<()> {
     let lab = Lab::get();
     let dir = tempfile::tempdir_in(&lab.work)?;
     let n = BLOCKS * PER_BLOCK;
-    let devices = loop_devices(dir.path(), 2 * n.max(CONCURRENT))?;
+    // Ours and the floor side by side, and the anchor (see
+    // bench::floor_and_peers).
+    let devices = loop_devices(dir.path(), 2 * n.max(CONCURRENT) + 1)?;
     let lio = Lio::open()?;
     // The fabric folder, made once as the first export of the agent does.
     if !lio.tree().exists("iscsi") {

@@ -312,7 +312,11 @@ impl PeerFigures {
 /// drivers serve requests: one `bash` per export (the steps as
 /// [`shell_script`]), `concurrent` one after another and `concurrent` at
 /// once, against ours from as many threads, as they come and through one
-/// lock. Every run is checked and removed again (untimed).
+/// lock. Every run is checked and removed again (untimed). Export 0 of set
+/// `"anchor"`, made first and removed last, keeps the port or portal
+/// listening throughout, so that no timed operation starts or stops the
+/// listener (the kernel does when the first export links to it and the
+/// last one goes).
 pub fn floor_and_peers(
     e: &impl Exports,
     blocks: usize,
@@ -320,14 +324,6 @@ pub fn floor_and_peers(
     concurrent: usize,
 ) -> Result<PeerFigures> {
     let n = blocks * per_block;
-    let expect = |set: &str, want: usize| -> Result<()> {
-        let got = e.present(set)?;
-        if got == want {
-            Ok(())
-        } else {
-            Err(format!("{got} exports of set {set} present, expected {want}").into())
-        }
-    };
     let steps = |up: bool| -> Result<Vec<Vec<Step>>> {
         (0..n)
             .map(|k| {
@@ -340,6 +336,30 @@ pub fn floor_and_peers(
             .collect()
     };
     let (floor_up, floor_down) = (steps(true)?, steps(false)?);
+    e.export("anchor", 0)?;
+    let figures =
+        floor_and_peers_anchored(e, blocks, per_block, concurrent, &floor_up, &floor_down);
+    e.unexport("anchor", 0)?;
+    figures
+}
+
+fn floor_and_peers_anchored(
+    e: &impl Exports,
+    blocks: usize,
+    per_block: usize,
+    concurrent: usize,
+    floor_up: &[Vec<Step>],
+    floor_down: &[Vec<Step>],
+) -> Result<PeerFigures> {
+    let n = blocks * per_block;
+    let expect = |set: &str, want: usize| -> Result<()> {
+        let got = e.present(set)?;
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("{got} exports of set {set} present, expected {want}").into())
+        }
+    };
     let up = alternating(
         blocks,
         per_block,
