@@ -167,23 +167,28 @@ impl Lio {
     /// planned again. A new storage object the kernel refuses to configure
     /// (its device is missing or busy) is removed again.
     pub fn apply(&self, desired: &State) -> Result<Vec<Step>, Error> {
-        let mut present = self.read_scoped(desired)?;
-        let creates = desired
-            .storage_objects
-            .keys()
-            .any(|n| !present.storage_objects.contains_key(n));
-        let _lock = if creates {
-            let lock = BackstoreLock::take(&self.lock_file)?;
-            self.remove_empty_hbas()?;
-            present = self.read_scoped(desired)?;
-            Some(lock)
-        } else {
+        // Whether a desired storage object is new is known from the listing
+        // of the HBA folders, which the index allocation needs too: it is
+        // made once, holding the lock, so that no writer taking the lock is
+        // between the listing and the creation of a new index.
+        let _lock = if desired.storage_objects.is_empty() {
             None
+        } else {
+            Some(BackstoreLock::take(&self.lock_file)?)
         };
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let new_hbas = self.allocate(&present, desired)?;
+            let (present, scan) = read::read_scoped_scan(&self.tree, desired)?;
+            let creates = desired
+                .storage_objects
+                .keys()
+                .any(|n| !present.storage_objects.contains_key(n));
+            let mut used = scan.used;
+            if creates && attempt == 1 {
+                self.remove_empty_hbas(&scan.empty, &mut used)?;
+            }
+            let new_hbas = allocate(&present, desired, used)?;
             let mut steps = plan_apply(&present, desired, &new_hbas)?;
             if !desired.targets.is_empty() && !self.tree.exists("iscsi") {
                 // Creating the fabric folder loads iscsi_target_mod's tree.
@@ -191,9 +196,7 @@ impl Lio {
             }
             match self.tree.run(&steps) {
                 Ok(()) => return Ok(steps),
-                Err(e) if attempt < 3 && lost_hba_race(&e) => {
-                    present = self.read_scoped(desired)?;
-                }
+                Err(e) if attempt < 3 && lost_hba_race(&e) => {}
                 Err(e) => {
                     self.undo_unconfigured(&new_hbas);
                     return Err(e.into());
@@ -202,41 +205,21 @@ impl Lio {
         }
     }
 
-    /// Removes the iblock HBA folders that hold no storage object: a
-    /// creation interrupted between the HBA and its object (the process
+    /// Removes the iblock HBA folders `empty` that hold no storage object:
+    /// a creation interrupted between the HBA and its object (the process
     /// killed) leaves one, which nothing else would remove and whose index
     /// stays taken. Called with the backstore lock held, so no writer that
     /// takes the lock is between those two steps.
-    fn remove_empty_hbas(&self) -> Result<(), Error> {
-        for name in self.tree.children("core")? {
-            let dir = format!("core/{name}");
-            if name.starts_with("iblock_") && self.tree.children(&dir)?.is_empty() {
-                self.tree.run(&[Step::rmdir(dir)])?;
-            }
+    fn remove_empty_hbas(
+        &self,
+        empty: &[u32],
+        used: &mut std::collections::BTreeSet<u32>,
+    ) -> Result<(), Error> {
+        for hba in empty {
+            self.tree.run(&[Step::rmdir(plan::hba_dir(*hba))])?;
+            used.remove(hba);
         }
         Ok(())
-    }
-
-    /// The lowest free HBA indexes for the desired storage objects that are
-    /// not present.
-    fn allocate(
-        &self,
-        present: &State,
-        desired: &State,
-    ) -> Result<BTreeMap<StorageObjectName, u32>, Error> {
-        let mut used = read::used_hba_indexes(&self.tree)?;
-        let mut out = BTreeMap::new();
-        for name in desired.storage_objects.keys() {
-            if present.storage_objects.contains_key(name) {
-                continue;
-            }
-            let index = (0..=MAX_HBA_INDEX)
-                .find(|i| !used.contains(i))
-                .ok_or_else(|| Error::Conflict("no free backstore HBA index".into()))?;
-            used.insert(index);
-            out.insert(name.clone(), index);
-        }
-        Ok(out)
     }
 
     /// Removes storage objects this apply created but the kernel did not
@@ -264,25 +247,83 @@ impl Lio {
     /// Removes the named objects and what hangs off them, in the kernel's
     /// order; absent objects are skipped. Returns the steps taken.
     pub fn teardown(&self, teardown: &Teardown) -> Result<Vec<Step>, Error> {
-        let present = if teardown.storage_objects.is_empty() {
-            let mut targets = BTreeMap::new();
-            for iqn in &teardown.targets {
-                if let Some(t) = read::read_target(&self.tree, iqn)? {
-                    targets.insert(iqn.clone(), t);
+        let mut present = State {
+            storage_objects: BTreeMap::new(),
+            targets: read::read_targets_named(&self.tree, &teardown.targets)?,
+        };
+        if !teardown.storage_objects.is_empty() {
+            let only = teardown.storage_objects.iter().collect();
+            let scan = read::scan(&self.tree, Some(&only))?;
+            // A storage object is not removed while a LUN of a target not
+            // torn down serves it. The kernel counts the LUNs serving each
+            // (of any fabric): only when it counts more than the targets
+            // torn down hold is every target read, for the plan to name
+            // the LUN (or, if none of them is an iSCSI one, the count).
+            let mut elsewhere = Vec::new();
+            for (name, so) in &scan.objects {
+                let own = present
+                    .targets
+                    .values()
+                    .flat_map(|t| t.tpgs.values())
+                    .flat_map(|tpg| tpg.luns.values())
+                    .filter(|l| &l.storage_object == name)
+                    .count();
+                let hba = so.hba.unwrap_or_default();
+                match read::export_count(&self.tree, hba, name)? {
+                    Some(count) if u64::from(count) <= own as u64 => {}
+                    count => elsewhere.push((name.clone(), count, own)),
                 }
             }
-            State {
-                storage_objects: BTreeMap::new(),
-                targets,
+            // The other objects count only towards emptying their HBA.
+            present.storage_objects = scan
+                .hba_of
+                .into_iter()
+                .map(|(name, hba)| {
+                    let so = StorageObject {
+                        hba: Some(hba),
+                        ..Default::default()
+                    };
+                    (name, so)
+                })
+                .collect();
+            present.storage_objects.extend(scan.objects);
+            if !elsewhere.is_empty() {
+                present.targets = read::read_targets(&self.tree)?;
+                plan_teardown(&present, teardown)?;
+                if let Some((name, Some(count), own)) =
+                    elsewhere.into_iter().find(|(_, c, _)| c.is_some())
+                {
+                    return Err(Error::Conflict(format!(
+                        "storage object {name} is served by {count} LUNs (the kernel's count), the targets torn down hold {own}, and no other iSCSI target serves it: a LUN of another fabric does"
+                    )));
+                }
             }
-        } else {
-            // Removing a storage object needs every LUN that may serve it.
-            self.read()?
-        };
+        }
         let steps = plan_teardown(&present, teardown)?;
         self.tree.run(&steps)?;
         Ok(steps)
     }
+}
+
+/// The lowest free HBA indexes (not in `used`) for the desired storage
+/// objects that are not present.
+fn allocate(
+    present: &State,
+    desired: &State,
+    mut used: std::collections::BTreeSet<u32>,
+) -> Result<BTreeMap<StorageObjectName, u32>, Error> {
+    let mut out = BTreeMap::new();
+    for name in desired.storage_objects.keys() {
+        if present.storage_objects.contains_key(name) {
+            continue;
+        }
+        let index = (0..=MAX_HBA_INDEX)
+            .find(|i| !used.contains(i))
+            .ok_or_else(|| Error::Conflict("no free backstore HBA index".into()))?;
+        used.insert(index);
+        out.insert(name.clone(), index);
+    }
+    Ok(out)
 }
 
 /// Whether `e` is a mkdir of a new `core/<plugin>_N` folder that another
@@ -401,6 +442,60 @@ mod tests {
         assert!(!root.join("core/iblock_1").exists(), "{err}");
         assert!(root.join("core/iblock_0/theirs").exists());
         assert!(root.join("core/fileio_3").exists(), "only iblock HBAs");
+        Ok(())
+    }
+
+    /// A target `t` in a plain folder: TPG 1 whose LUN 0 links
+    /// `core/iblock_0/vol`.
+    fn target_serving_vol(root: &Path, t: &str) -> std::io::Result<()> {
+        let tpg = root.join(format!("iscsi/iqn.2026-01.org.example:{t}/tpgt_1"));
+        for dir in ["attrib", "np", "acls", "lun/lun_0"] {
+            fs::create_dir_all(tpg.join(dir))?;
+        }
+        for a in [
+            "authentication",
+            "generate_node_acls",
+            "demo_mode_write_protect",
+            "cache_dynamic_acls",
+        ] {
+            fs::write(tpg.join(format!("attrib/{a}")), "0\n")?;
+        }
+        fs::write(tpg.join("enable"), "1\n")?;
+        std::os::unix::fs::symlink(
+            root.join("core/iblock_0/vol"),
+            tpg.join("lun/lun_0/storage"),
+        )
+    }
+
+    #[test]
+    fn a_storage_object_served_elsewhere_is_not_torn_down() -> Result<(), Box<dyn std::error::Error>>
+    {
+        // The kernel counts 2 LUNs serving `vol` (statistics/scsi_dev/ports);
+        // the target torn down holds one. Another iSCSI target holding the
+        // other is named; when none does, the count is.
+        let dir = tempfile::tempdir()?;
+        let root = dir.path();
+        fs::create_dir_all(root.join("core/iblock_0/vol/statistics/scsi_dev"))?;
+        fs::write(
+            root.join("core/iblock_0/vol/statistics/scsi_dev/ports"),
+            "2\n",
+        )?;
+        target_serving_vol(root, "a")?;
+        let lio = Lio::with_tree(Tree::at(root));
+        let down = Teardown {
+            targets: [Iqn::new("iqn.2026-01.org.example:a")?].into(),
+            storage_objects: [StorageObjectName::new("vol")?].into(),
+        };
+        let err = lio.teardown(&down).err().ok_or("teardown went ahead")?;
+        assert!(err.to_string().contains("another fabric"), "{err}");
+        target_serving_vol(root, "b")?;
+        let err = lio.teardown(&down).err().ok_or("teardown went ahead")?;
+        assert!(
+            err.to_string().contains("iqn.2026-01.org.example:b"),
+            "{err}"
+        );
+        assert!(root.join("core/iblock_0/vol").exists());
+        assert!(root.join("iscsi/iqn.2026-01.org.example:a/tpgt_1").exists());
         Ok(())
     }
 

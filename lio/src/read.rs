@@ -37,29 +37,85 @@ pub(crate) fn read_storage_objects_of(
     tree: &Tree,
     only: Option<&BTreeSet<&StorageObjectName>>,
 ) -> Result<BTreeMap<StorageObjectName, StorageObject>, Error> {
-    let mut seen: BTreeMap<StorageObjectName, u32> = BTreeMap::new();
-    let mut out = BTreeMap::new();
-    for hba_name in tree.children("core")? {
+    Ok(scan(tree, only)?.objects)
+}
+
+/// What one listing of the HBA folders finds.
+#[derive(Debug, Default)]
+pub(crate) struct Scan {
+    /// The iblock storage objects asked for, read whole.
+    pub objects: BTreeMap<StorageObjectName, StorageObject>,
+    /// The HBA index of every iblock storage object.
+    pub hba_of: BTreeMap<StorageObjectName, u32>,
+    /// Every `<plugin>_<N>` HBA index, of any backstore type.
+    pub used: BTreeSet<u32>,
+    /// The iblock HBA indexes whose folder holds no storage object.
+    pub empty: Vec<u32>,
+}
+
+/// Lists `core` and every iblock HBA folder once: the storage objects named
+/// in `only` (all when `None`) read whole, every object's HBA, the indexes
+/// in use and the empty iblock HBAs. A name under two HBAs is an error,
+/// since rtslib and this crate identify an iblock object by its name.
+pub(crate) fn scan(
+    tree: &Tree,
+    only: Option<&BTreeSet<&StorageObjectName>>,
+) -> Result<Scan, Error> {
+    let mut out = Scan::default();
+    let Some(core) = tree.folder("core")? else {
+        return Ok(out);
+    };
+    for hba_name in core.list()? {
+        if let Some(n) = hba_name.rsplit_once('_').and_then(|(_, n)| n.parse().ok()) {
+            out.used.insert(n);
+        }
         let Some(hba) = hba_name
             .strip_prefix("iblock_")
             .and_then(|n| n.parse::<u32>().ok())
         else {
             continue;
         };
-        for name in tree.children(&format!("core/{hba_name}"))? {
+        // Listed through the open `core` folder: a short lookup per HBA.
+        let names = core.children(&hba_name)?;
+        if names.is_empty() {
+            out.empty.push(hba);
+        }
+        for name in names {
             let name = StorageObjectName::new(&name)?;
-            if let Some(other) = seen.insert(name.clone(), hba) {
+            if let Some(other) = out.hba_of.insert(name.clone(), hba) {
                 return Err(Error::Conflict(format!(
                     "storage object name {name} is used under iblock_{other} and iblock_{hba}"
                 )));
             }
             if only.is_none_or(|o| o.contains(&name)) {
                 let so = read_storage_object(tree, hba, &name)?;
-                out.insert(name, so);
+                out.objects.insert(name, so);
             }
         }
     }
     Ok(out)
+}
+
+/// How many LUNs of any fabric the kernel counts serving the storage
+/// object (`statistics/scsi_dev/ports`, the device's export count); `None`
+/// where the attribute is missing (not a kernel tree).
+pub(crate) fn export_count(
+    tree: &Tree,
+    hba: u32,
+    name: &StorageObjectName,
+) -> Result<Option<u32>, Error> {
+    let rel = format!("{}/statistics/scsi_dev/ports", so_dir(hba, name));
+    let Some(value) = tree.read_attr_opt(&rel)? else {
+        return Ok(None);
+    };
+    value.trim().parse().map(Some).map_err(|_| {
+        configfs::Error::Parse {
+            path: tree.root().join(&rel),
+            value,
+            why: "expected a number".into(),
+        }
+        .into()
+    })
 }
 
 /// One value of the `info` attribute, which reads like
@@ -269,12 +325,26 @@ pub(crate) fn read_all(tree: &Tree) -> Result<State, Error> {
 /// objects its LUNs serve: the cost does not grow with unrelated objects
 /// beyond listing the HBA folders.
 pub(crate) fn read_scoped(tree: &Tree, desired: &State) -> Result<State, Error> {
+    Ok(read_scoped_scan(tree, desired)?.0)
+}
+
+/// The targets named in `iqns` that are present.
+pub(crate) fn read_targets_named<'a>(
+    tree: &Tree,
+    iqns: impl IntoIterator<Item = &'a Iqn>,
+) -> Result<BTreeMap<Iqn, Target>, Error> {
     let mut targets = BTreeMap::new();
-    for iqn in desired.targets.keys() {
+    for iqn in iqns {
         if let Some(t) = read_target(tree, iqn)? {
             targets.insert(iqn.clone(), t);
         }
     }
+    Ok(targets)
+}
+
+/// [`read_scoped`], with the [`Scan`] of the HBA folders it made.
+pub(crate) fn read_scoped_scan(tree: &Tree, desired: &State) -> Result<(State, Scan), Error> {
+    let targets = read_targets_named(tree, desired.targets.keys())?;
     let served = desired
         .targets
         .values()
@@ -283,10 +353,12 @@ pub(crate) fn read_scoped(tree: &Tree, desired: &State) -> Result<State, Error> 
         .map(|l| &l.storage_object);
     let wanted: BTreeSet<&StorageObjectName> =
         desired.storage_objects.keys().chain(served).collect();
-    Ok(State {
-        storage_objects: read_storage_objects_of(tree, Some(&wanted))?,
+    let mut scan = scan(tree, Some(&wanted))?;
+    let state = State {
+        storage_objects: std::mem::take(&mut scan.objects),
         targets,
-    })
+    };
+    Ok((state, scan))
 }
 
 #[cfg(test)]

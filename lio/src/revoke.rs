@@ -67,7 +67,12 @@ impl Lio {
     /// kept. When it returns `Ok`, no initiator without access holds a
     /// session.
     pub fn apply_revoking(&self, desired: &State) -> Result<Revoked, Error> {
-        let present = self.read_scoped(desired)?;
+        // Only the targets tell whether one leaves demo mode; the apply
+        // reads the rest.
+        let present = State {
+            targets: crate::read::read_targets_named(self.tree(), desired.targets.keys())?,
+            ..Default::default()
+        };
         let recreated = targets_leaving_demo_mode(&present, desired);
         let mut steps = if recreated.is_empty() {
             Vec::new()

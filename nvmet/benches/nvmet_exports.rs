@@ -13,11 +13,20 @@
 //! best and the median of each pass are reported, and linearity is judged on
 //! the best of both passes. The shell peer's reads take minutes, so they run
 //! once, at 100 and 250 exports, and at 500 only when that fits a time box.
-use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, Teardown};
-use pillar_csi_lab::{block::wait_for, run, Lab, Result};
+//!
+//! Then the floor and the peers run the way the CSI drivers serve requests:
+//! one export and one unexport as the agent makes them (its calls into this
+//! crate per ExportVolume / UnexportVolume) against the same objects made
+//! bare in-process (`std::fs` calls only: the kernel's work), in
+//! alternating blocks; one `bash` process per export, one after another
+//! (a CLI driver serving requests in turn) and `CONCURRENT` at once (a CLI
+//! driver serving concurrent requests), against ours from as many threads.
+use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Step, Subsystem, Teardown};
+use pillar_csi_lab::{bench, block::wait_for, run, Lab, Result};
 use std::{
+    collections::BTreeSet,
     fmt::Write as _,
-    process::Command,
+    path::Path,
     time::{Duration, Instant},
 };
 
@@ -38,6 +47,13 @@ fn nqn(i: usize) -> Result<Nqn> {
 }
 
 fn one_export(i: usize, device: &str) -> Result<State> {
+    export_state(&nqn(i)?, device)
+}
+
+/// The state the agent applies for one export (agent/src/export/nvmeof.rs):
+/// subsystem `name` admitting any host with namespace 1 on `device`, and
+/// its link on the shared port.
+fn export_state(name: &Nqn, device: &str) -> Result<State> {
     let mut sub = Subsystem {
         allow_any_host: true,
         ..Default::default()
@@ -52,42 +68,60 @@ fn one_export(i: usize, device: &str) -> Result<State> {
     );
     let mut port = Port::tcp("127.0.0.1:4430".parse()?);
     // Each export adds its link; the other exports' links stay.
-    port.subsystems.insert(nqn(i)?);
+    port.subsystems.insert(name.clone());
     let mut state = State::default();
-    state.subsystems.insert(nqn(i)?, sub);
+    state.subsystems.insert(name.clone(), sub);
     state.ports.insert(PORT, port);
     Ok(state)
 }
 
+/// The steps of one export on port `PORT` (which exists): subsystem `name`
+/// admitting any host, namespace 1 on `device` enabled, the port's link.
+fn export_steps(name: &Nqn, device: &str) -> Vec<Step> {
+    let dir = format!("subsystems/{name}");
+    vec![
+        Step::mkdir(&dir),
+        Step::write(format!("{dir}/attr_allow_any_host"), "1"),
+        Step::mkdir(format!("{dir}/namespaces/1")),
+        Step::write(format!("{dir}/namespaces/1/device_path"), device),
+        Step::write(format!("{dir}/namespaces/1/enable"), "1"),
+        Step::symlink(&dir, format!("ports/{PORT}/subsystems/{name}")),
+    ]
+}
+
+/// The steps that remove an export of [`export_steps`], in the kernel's
+/// order (the ones this crate's teardown takes).
+fn unexport_steps(name: &Nqn) -> Vec<Step> {
+    let dir = format!("subsystems/{name}");
+    vec![
+        Step::unlink(format!("ports/{PORT}/subsystems/{name}")),
+        Step::write(format!("{dir}/namespaces/1/enable"), "0"),
+        Step::rmdir(format!("{dir}/namespaces/1")),
+        Step::rmdir(dir),
+    ]
+}
+
+fn port_steps() -> Vec<Step> {
+    let dir = format!("ports/{PORT}");
+    vec![
+        Step::mkdir(&dir),
+        Step::write(format!("{dir}/addr_trtype"), "tcp"),
+        Step::write(format!("{dir}/addr_adrfam"), "ipv4"),
+        Step::write(format!("{dir}/addr_traddr"), "127.0.0.1"),
+        Step::write(format!("{dir}/addr_trsvcid"), "4430"),
+    ]
+}
+
 fn shell_script(device: &str, range: std::ops::Range<usize>) -> Result<String> {
-    let mut s = String::from("set -e\ncd /sys/kernel/config/nvmet\n");
-    if range.start == 0 {
-        writeln!(s, "mkdir ports/{PORT}")?;
-        writeln!(
-            s,
-            "echo tcp > ports/{PORT}/addr_trtype; echo ipv4 > ports/{PORT}/addr_adrfam"
-        )?;
-        writeln!(
-            s,
-            "echo 127.0.0.1 > ports/{PORT}/addr_traddr; echo 4430 > ports/{PORT}/addr_trsvcid"
-        )?;
-    }
+    let mut steps = if range.start == 0 {
+        port_steps()
+    } else {
+        Vec::new()
+    };
     for i in range {
-        let n = nqn(i)?;
-        writeln!(s, "mkdir subsystems/{n}")?;
-        writeln!(s, "echo 1 > subsystems/{n}/attr_allow_any_host")?;
-        writeln!(s, "mkdir subsystems/{n}/namespaces/1")?;
-        writeln!(
-            s,
-            "echo -n {device} > subsystems/{n}/namespaces/1/device_path"
-        )?;
-        writeln!(s, "echo 1 > subsystems/{n}/namespaces/1/enable")?;
-        writeln!(
-            s,
-            "ln -s /sys/kernel/config/nvmet/subsystems/{n} ports/{PORT}/subsystems/{n}"
-        )?;
+        steps.extend(export_steps(&nqn(i)?, device));
     }
-    Ok(s)
+    bench::shell_script(Path::new(nvmet::DEFAULT_ROOT), &steps)
 }
 
 const SHELL_READ: &str = r#"cd /sys/kernel/config/nvmet
@@ -102,28 +136,12 @@ for p in ports/*; do
 done
 "#;
 
-/// Runs a script with bash, fed on standard input (500 exports do not fit
-/// in an argument).
 fn bash(script: &str) -> Result<Duration> {
-    use std::io::Write;
-    let start = Instant::now();
-    let mut child = Command::new("bash")
-        .stdin(std::process::Stdio::piped())
-        .spawn()?;
-    child
-        .stdin
-        .take()
-        .ok_or("no stdin for bash")?
-        .write_all(script.as_bytes())?;
-    let status = child.wait()?;
-    if !status.success() {
-        return Err(format!("shell script failed: {status}").into());
-    }
-    Ok(start.elapsed())
+    bench::bash(script)
 }
 
 fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+    bench::ms(d)
 }
 
 /// Reads the whole state back in `REPEATS` samples, checking it holds `size`
@@ -164,20 +182,35 @@ fn micros(n: u32, mut f: impl FnMut() -> std::io::Result<()>) -> Result<f64> {
     Ok(start.elapsed().as_secs_f64() * 1e6 / f64::from(n))
 }
 
+/// The two parts, each selected by the filter on its own name
+/// (`nvmet_exports` selects both): the 500 exports and their read-back, and
+/// the floor and the peers.
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if !args.is_empty() && !args.iter().any(|a| "nvmet_exports".contains(a.as_str())) {
+    let scale = bench::selected("nvmet_exports_500");
+    let floor = bench::selected("nvmet_exports_floor");
+    if !scale && !floor {
         return Ok(());
     }
+    println!("nvmet_exports: {}", bench::conditions());
     let lab = Lab::get();
     let ds = format!("{}/{}", lab.pool, lab.unique("bench-nvmet"));
     run("zfs", &["create", "-V", "16M", &ds])?;
     let device = format!("/dev/zvol/{ds}");
     wait_for(device.as_ref(), Duration::from_secs(20))?;
     let target = Nvmet::open()?;
+    if scale {
+        at_scale(&target, &device)?;
+    }
+    if floor {
+        floor_and_peers(&target, &device)?;
+    }
+    println!("nvmet_exports: done; {}", bench::conditions());
+    run("zfs", &["destroy", &ds])?;
+    Ok(())
+}
+
+/// 500 exports applied and read back, by us and by the shell peer.
+fn at_scale(target: &Nvmet, device: &str) -> Result<()> {
     let half = EXPORTS / 2;
 
     // Ours: one apply per export, as the agent exports volumes one by one;
@@ -188,12 +221,12 @@ fn main() -> Result<()> {
     let mut ours_halves = [Duration::ZERO; 2];
     let mut rising = Vec::new();
     for i in 0..EXPORTS {
-        let desired = one_export(i, &device)?;
+        let desired = one_export(i, device)?;
         let start = Instant::now();
         target.apply(&desired)?;
         ours_halves[i / half] += start.elapsed();
         if SIZES.contains(&(i + 1)) {
-            rising.push(ours_read(&target, i + 1)?);
+            rising.push(ours_read(target, i + 1)?);
         }
     }
     // The kernel's own lookup: a file of the first subsystem created against
@@ -227,7 +260,7 @@ fn main() -> Result<()> {
         target.teardown(&down)?;
         ours_teardown += start.elapsed();
         if k > 0 {
-            falling[k - 1] = ours_read(&target, SIZES[k - 1])?;
+            falling[k - 1] = ours_read(target, SIZES[k - 1])?;
         }
     }
     // At 500 the two passes are one: the falling pass has what the rising had.
@@ -244,7 +277,7 @@ fn main() -> Result<()> {
     let mut shell_reads: Vec<Option<Duration>> = Vec::new();
     let mut made = 0;
     for size in SIZES {
-        shell_halves[made / half] += bash(&shell_script(&device, made..size)?)?;
+        shell_halves[made / half] += bash(&shell_script(device, made..size)?)?;
         made = size;
         let boxed = match shell_reads.last() {
             Some(Some(prev)) => *prev * 2 > SHELL_READ_BOX,
@@ -261,7 +294,6 @@ fn main() -> Result<()> {
         return Err("the shell script did not create every export".into());
     }
     target.teardown(&all)?;
-    run("zfs", &["destroy", &ds])?;
 
     let ours = ours_halves[0] + ours_halves[1];
     let shell = shell_halves[0] + shell_halves[1];
@@ -363,5 +395,115 @@ fn main() -> Result<()> {
         ms(ours_halves[1]) / ms(ours_halves[0]),
         ms(shell_halves[1]) / ms(shell_halves[0]),
     );
+    Ok(())
+}
+
+/// Blocks of the floor comparison, and exports in each block.
+const BLOCKS: usize = 10;
+const PER_BLOCK: usize = 5;
+/// Exports made at once by the concurrent peer and by ours.
+const CONCURRENT: usize = 50;
+const BENCH_NQN: &str = "nqn.2026-01.com.bhyoo.pillar-csi.bench:";
+
+/// The exports of the floor and peer part: subsystem `<set>-<k>` on the
+/// zvol, linked to port `PORT`.
+struct Exports<'a> {
+    target: &'a Nvmet,
+    device: &'a str,
+}
+
+impl Exports<'_> {
+    fn name(set: &str, k: usize) -> Result<Nqn> {
+        Ok(Nqn::new(&format!("{BENCH_NQN}{set}-{k}"))?)
+    }
+}
+
+impl bench::Exports for Exports<'_> {
+    fn root(&self) -> &Path {
+        Path::new(nvmet::DEFAULT_ROOT)
+    }
+
+    /// As the agent per ExportVolume (its calls into this crate,
+    /// agent/src/export/nvmeof.rs): the hosts the subsystem allows now, the
+    /// port read back to see whether it must move, the apply that cuts off
+    /// hosts losing access, and the allowed hosts again (to remove host
+    /// objects nothing allows any more; none here).
+    fn export(&self, set: &str, k: usize) -> Result<()> {
+        let name = Self::name(set, k)?;
+        let allowed = format!("subsystems/{name}/allowed_hosts");
+        self.target.tree().children(&allowed)?;
+        let desired = export_state(&name, self.device)?;
+        let port = desired.ports.get(&PORT).ok_or("no port")?;
+        let mut probe = State::default();
+        probe.ports.insert(
+            PORT,
+            Port {
+                subsystems: BTreeSet::new(),
+                ..port.clone()
+            },
+        );
+        self.target.read_scoped(&probe)?;
+        self.target.apply_revoking(&desired)?;
+        self.target.tree().children(&allowed)?;
+        Ok(())
+    }
+
+    /// As the agent per UnexportVolume: the hosts the subsystem allows,
+    /// then its teardown.
+    fn unexport(&self, set: &str, k: usize) -> Result<()> {
+        let name = Self::name(set, k)?;
+        self.target
+            .tree()
+            .children(&format!("subsystems/{name}/allowed_hosts"))?;
+        self.target.teardown(&Teardown {
+            subsystems: [name].into(),
+            ..Default::default()
+        })?;
+        Ok(())
+    }
+
+    fn export_steps(&self, set: &str, k: usize) -> Result<Vec<Step>> {
+        Ok(export_steps(&Self::name(set, k)?, self.device))
+    }
+
+    fn unexport_steps(&self, set: &str, k: usize) -> Result<Vec<Step>> {
+        Ok(unexport_steps(&Self::name(set, k)?))
+    }
+
+    fn present(&self, set: &str) -> Result<usize> {
+        let state = self.target.read()?;
+        let prefix = format!("{BENCH_NQN}{set}-");
+        let linked = state.ports.get(&PORT).map(|p| &p.subsystems);
+        Ok(state
+            .subsystems
+            .iter()
+            .filter(|(n, s)| {
+                n.as_str().starts_with(&prefix)
+                    && s.namespaces.len() == 1
+                    && linked.is_some_and(|l| l.contains(*n))
+            })
+            .count())
+    }
+}
+
+/// The floor of one export and one unexport, and the peers one process per
+/// export, in turn and at once (see [`bench::floor_and_peers`]), on port
+/// `PORT` made for it.
+fn floor_and_peers(target: &Nvmet, device: &str) -> Result<()> {
+    let exports = Exports { target, device };
+    bench::bare(Path::new(nvmet::DEFAULT_ROOT), &port_steps())?;
+    let figures = bench::floor_and_peers(&exports, BLOCKS, PER_BLOCK, CONCURRENT);
+    target.teardown(&Teardown {
+        ports: [PORT].into(),
+        ..Default::default()
+    })?;
+    let figures = figures?;
+    println!(
+        "  floor  {} exports of ours and {} bare, in {BLOCKS} alternating blocks",
+        figures.export.n, figures.export.n
+    );
+    for line in figures.lines("  floor  ") {
+        println!("{line}");
+    }
     Ok(())
 }

@@ -30,7 +30,9 @@ pub(crate) fn read_all(tree: &Tree) -> Result<State, Error> {
         for name in ports.list()? {
             let id: PortId = name.parse()?;
             if let Some(dir) = ports.folder(&id.to_string())? {
-                state.ports.insert(id, read_port_in(&dir, Links::All)?);
+                state
+                    .ports
+                    .insert(id, read_port_in(&dir, Links::All, true)?);
             }
         }
     }
@@ -53,12 +55,15 @@ pub(crate) fn read_scoped(tree: &Tree, desired: &State) -> Result<State, Error> 
         // Only the links the desired state names are looked up, so the cost
         // does not grow with the exports already on the port; a port whose
         // address changes needs all of them (they are unlinked and relinked).
-        let mut port = read_port(tree, *id, Links::Only(&want.subsystems))?;
+        // The port's parameters are compared only where the desired state
+        // sets them: the others are not read (they read as unset).
+        let params = want.inline_data_size.is_some() || want.max_queue_size.is_some();
+        let mut port = read_port_in_tree(tree, *id, Links::Only(&want.subsystems), params)?;
         if port
             .as_ref()
             .is_some_and(|p| p.transport != want.transport || p.address != want.address)
         {
-            port = read_port(tree, *id, Links::All)?;
+            port = read_port_in_tree(tree, *id, Links::All, params)?;
         }
         if let Some(port) = port {
             state.ports.insert(*id, port);
@@ -76,6 +81,10 @@ pub(crate) fn read_scoped(tree: &Tree, desired: &State) -> Result<State, Error> 
     Ok(state)
 }
 
+/// What a teardown needs, and only that: of each named subsystem its
+/// namespaces (enabled or not) and allowed hosts; of each port its links to
+/// the named subsystems (all links of a port torn down). Nothing else is
+/// read, so the other fields hold defaults.
 pub(crate) fn read_for_teardown(tree: &Tree, teardown: &Teardown) -> Result<State, Error> {
     if !teardown.hosts.is_empty() {
         // Removing a host needs to know every subsystem that admits it.
@@ -83,22 +92,71 @@ pub(crate) fn read_for_teardown(tree: &Tree, teardown: &Teardown) -> Result<Stat
     }
     let mut state = State::default();
     for nqn in &teardown.subsystems {
-        if let Some(sub) = read_subsystem(tree, nqn)? {
-            state.subsystems.insert(nqn.clone(), sub);
+        if let Some(dir) = tree.folder(&subsystem_dir(nqn))? {
+            state
+                .subsystems
+                .insert(nqn.clone(), read_subsystem_for_teardown(&dir)?);
         }
     }
-    for name in tree.children("ports")? {
+    let Some(ports) = tree.folder("ports")? else {
+        return Ok(state);
+    };
+    for name in ports.list()? {
         let id: PortId = name.parse()?;
-        let links = if teardown.ports.contains(&id) {
-            Links::All
-        } else {
-            Links::Only(&teardown.subsystems)
+        // A port removed since the listing is skipped.
+        let Some(dir) = ports.folder(&id.to_string())? else {
+            continue;
         };
-        if let Some(port) = read_port(tree, id, links)? {
-            state.ports.insert(id, port);
-        }
+        let subsystems = if teardown.ports.contains(&id) {
+            linked_nqns(&dir, "subsystems")?
+        } else {
+            linked_of(&dir, &teardown.subsystems)
+        };
+        let port = Port {
+            transport: Transport::Other(String::new()),
+            address: None,
+            inline_data_size: None,
+            max_queue_size: None,
+            subsystems,
+        };
+        state.ports.insert(id, port);
     }
     Ok(state)
+}
+
+/// The namespaces (with their `enable` only) and allowed hosts of the
+/// subsystem whose folder is `dir`.
+fn read_subsystem_for_teardown(dir: &Folder) -> Result<Subsystem, Error> {
+    let mut namespaces = BTreeMap::new();
+    for name in dir.children("namespaces")? {
+        let nsid: Nsid = name.parse()?;
+        // A namespace removed since the listing is skipped.
+        let Some(ns) = dir.folder(&format!("namespaces/{nsid}"))? else {
+            continue;
+        };
+        let enabled = flag(&ns, "enable")?;
+        namespaces.insert(
+            nsid,
+            Namespace {
+                enabled,
+                ..Default::default()
+            },
+        );
+    }
+    Ok(Subsystem {
+        namespaces,
+        allowed_hosts: linked_nqns(dir, "allowed_hosts")?,
+        ..Default::default()
+    })
+}
+
+/// The subsystems among `names` linked to the port whose folder is `dir`.
+fn linked_of(dir: &Folder, names: &BTreeSet<Nqn>) -> BTreeSet<Nqn> {
+    names
+        .iter()
+        .filter(|n| dir.exists(&format!("subsystems/{n}")))
+        .cloned()
+        .collect()
 }
 
 /// Which subsystem links of a port to read.
@@ -209,13 +267,24 @@ fn read_subsystem_in(dir: &Folder) -> Result<Subsystem, Error> {
 }
 
 pub(crate) fn read_port(tree: &Tree, id: PortId, links: Links<'_>) -> Result<Option<Port>, Error> {
+    read_port_in_tree(tree, id, links, true)
+}
+
+/// Reads port `id`, its parameters only when `params`.
+fn read_port_in_tree(
+    tree: &Tree,
+    id: PortId,
+    links: Links<'_>,
+    params: bool,
+) -> Result<Option<Port>, Error> {
     tree.folder(&port_dir(id))?
-        .map(|dir| read_port_in(&dir, links))
+        .map(|dir| read_port_in(&dir, links, params))
         .transpose()
 }
 
-/// Reads the port whose folder is `dir`.
-fn read_port_in(dir: &Folder, links: Links<'_>) -> Result<Port, Error> {
+/// Reads the port whose folder is `dir`; its parameters (`param_*`) only
+/// when `params` (else they read as unset).
+fn read_port_in(dir: &Folder, links: Links<'_>, params: bool) -> Result<Port, Error> {
     let transport = Transport::parse(&dir.read_attr("addr_trtype")?);
     let traddr = dir.read_attr("addr_traddr")?;
     let trsvcid = dir.read_attr("addr_trsvcid")?;
@@ -226,15 +295,19 @@ fn read_port_in(dir: &Folder, links: Links<'_>) -> Result<Port, Error> {
     Ok(Port {
         transport,
         address,
-        inline_data_size: number(dir, "param_inline_data_size")?,
-        max_queue_size: number(dir, "param_max_queue_size")?,
+        inline_data_size: if params {
+            number(dir, "param_inline_data_size")?
+        } else {
+            None
+        },
+        max_queue_size: if params {
+            number(dir, "param_max_queue_size")?
+        } else {
+            None
+        },
         subsystems: match links {
             Links::All => linked_nqns(dir, "subsystems")?,
-            Links::Only(names) => names
-                .iter()
-                .filter(|n| dir.exists(&format!("subsystems/{n}")))
-                .cloned()
-                .collect(),
+            Links::Only(names) => linked_of(dir, names),
         },
     })
 }
