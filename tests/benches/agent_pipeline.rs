@@ -24,14 +24,16 @@
 //! at least 3x faster than the peers' 50 processes at once.
 use pillar_csi_lab::{
     agent::{AgentConfig, AgentProcess, Client, ZfsParent},
-    bench::{conditions, empty_nvmet, ms, processes_at_once, rss_kib, threads_at_once},
+    bench::{
+        bash, bash_command, conditions, empty_nvmet, ms, processes_at_once, rss_kib,
+        threads_at_once,
+    },
     run, Lab, Result,
 };
 use pillar_csi_proto::agent::v1 as pb;
 use std::{
     fmt::Write as _,
-    io::Write as _,
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 use sys::zfs::{floor::BareCalls, DatasetName, Zfs};
@@ -113,22 +115,6 @@ fn floor_pipeline(bare: &BareCalls, zfs: &Zfs, dataset: &str, nqn: &str, port: u
     Ok(())
 }
 
-/// Runs `script` with bash on standard input; returns the wall time.
-fn bash(script: &str) -> Result<Duration> {
-    let start = Instant::now();
-    let mut child = Command::new("bash").stdin(Stdio::piped()).spawn()?;
-    child
-        .stdin
-        .take()
-        .ok_or("no stdin")?
-        .write_all(script.as_bytes())?;
-    let status = child.wait()?;
-    if !status.success() {
-        return Err(format!("shell script failed: {status}").into());
-    }
-    Ok(start.elapsed())
-}
-
 /// The configfs writes of one NVMe/TCP export with an ACL, as a script would make them.
 fn export_script(s: &mut String, nqn: &str, device: &str, port: u16) -> Result<()> {
     let n = NVMET;
@@ -160,9 +146,7 @@ fn peer_command(dataset: &str, nqn: &str, port: u16) -> Result<Command> {
     let mut s =
         format!("set -e\nzfs create -s -V 1M {dataset}\nudevadm wait --timeout=60 {device}\n");
     export_script(&mut s, nqn, &device, port)?;
-    let mut c = Command::new("bash");
-    c.args(["-c", &s]);
-    Ok(c)
+    Ok(bash_command(&s))
 }
 
 fn port_script(s: &mut String, port: u16, tcp: u16) -> Result<()> {

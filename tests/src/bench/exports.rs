@@ -1,142 +1,15 @@
-//! What the lab's benchmarks share: which ones the filter selects, the
-//! conditions a figure was measured under, the floor ratio and the peers
-//! run at once, configfs steps made bare (the floor) or by a shell script
-//! (the peer), rounds that alternate what they time, a process's resident
-//! memory and open file descriptors, latency percentiles, and the configfs
-//! reset a storage node's reboot makes.
+//! Configfs exports against their floor and their peers: steps made bare
+//! (the floor) or by a shell script (the peer), rounds that alternate what
+//! they time, and the driver the nvmet and LIO benches share.
+use super::{ms, percentile, processes_at_once, threads_at_once, Floor};
 use crate::Result;
 use nvmet::Step;
 use std::{
-    collections::BTreeMap,
     fmt::Write as _,
     path::Path,
     process::Command,
-    sync::Barrier,
     time::{Duration, Instant},
 };
-
-/// The goal for a single operation against its floor: at most this many
-/// times the bare kernel work.
-pub const FLOOR_GOAL: f64 = 1.15;
-
-/// The conditions of the figures that follow, in one line: the host's load
-/// average (the lab runner samples it while the guest runs), the busy loops
-/// `LOAD=n` started beside the guest, another lab guest if one ran
-/// (`BENCH_SHARED=1`), and the guest's own load average.
-pub fn conditions() -> String {
-    let first3 = |s: String| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
-    let host = std::env::var("PILLAR_LAB_WORK")
-        .ok()
-        .and_then(|w| std::fs::read_to_string(format!("{w}/host-loadavg")).ok())
-        .map_or_else(|| "not sampled".to_owned(), first3);
-    let guest = std::fs::read_to_string("/proc/loadavg").map_or_else(|e| e.to_string(), first3);
-    let loops = std::env::var("PILLAR_BENCH_LOAD_LOOPS").unwrap_or_else(|_| "0".into());
-    let others = std::env::var("PILLAR_BENCH_OTHER_GUESTS")
-        .map(|p| format!(", ANOTHER LAB GUEST RAN (qemu {p})"))
-        .unwrap_or_default();
-    format!("host load average {host} (LOAD={loops} busy loops{others}); guest {guest}")
-}
-
-/// One operation of ours against its floor, the bare kernel work under it
-/// timed in the same run: `ours` and `floor` are totals over `n` operations.
-#[derive(Debug, Clone, Copy)]
-pub struct Floor {
-    /// Our total.
-    pub ours: Duration,
-    /// The floor's total.
-    pub floor: Duration,
-    /// Operations in each total.
-    pub n: usize,
-}
-
-impl Floor {
-    /// ours / floor.
-    pub fn ratio(&self) -> f64 {
-        self.ours.as_secs_f64() / self.floor.as_secs_f64().max(f64::MIN_POSITIVE)
-    }
-
-    /// Whether the ratio is within [`FLOOR_GOAL`].
-    pub fn met(&self) -> bool {
-        self.ratio() <= FLOOR_GOAL
-    }
-
-    /// `ours 8.1 ms/op, floor 7.5 ms/op: 1.08x the floor (goal <= 1.15x)`.
-    pub fn line(&self) -> String {
-        let per = |d: Duration| ms(d) / self.n.max(1) as f64;
-        format!(
-            "ours {:.2} ms/op, floor {:.2} ms/op: {:.2}x the floor (goal <= {FLOOR_GOAL}x)",
-            per(self.ours),
-            per(self.floor),
-            self.ratio()
-        )
-    }
-}
-
-/// Runs `work(0..n)` from `n` threads released at once; the wall time from
-/// the release until the last one ends, and each one's own time. The first
-/// error ends the run.
-pub fn threads_at_once<F>(n: usize, work: F) -> Result<(Duration, Vec<Duration>)>
-where
-    F: Fn(usize) -> Result<()> + Sync,
-{
-    let barrier = Barrier::new(n + 1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|i| {
-                let (barrier, work) = (&barrier, &work);
-                s.spawn(move || -> Result<Duration> {
-                    barrier.wait();
-                    let t = Instant::now();
-                    work(i)?;
-                    Ok(t.elapsed())
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let mut each = Vec::with_capacity(n);
-        for h in handles {
-            each.push(h.join().map_err(|_| "a benchmark thread panicked")??);
-        }
-        Ok((start.elapsed(), each))
-    })
-}
-
-/// Starts every command at once (as a driver that serves concurrent
-/// requests with concurrent CLI processes does) and waits for all; the wall
-/// time. A command that fails is named with its standard error.
-pub fn processes_at_once(commands: Vec<Command>) -> Result<Duration> {
-    let start = Instant::now();
-    let children = commands
-        .into_iter()
-        .map(|mut c| {
-            c.stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::piped());
-            let what = format!("{c:?}");
-            c.spawn()
-                .map(|child| (what.clone(), child))
-                .map_err(|e| format!("{what}: {e}"))
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let mut failed = Vec::new();
-    for (what, child) in children {
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            failed.push(format!(
-                "{what}: {}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-    }
-    let took = start.elapsed();
-    if failed.is_empty() {
-        Ok(took)
-    } else {
-        Err(failed.join("; ").into())
-    }
-}
-
 /// Makes `steps` under `root` with plain `std::fs` calls (`create_dir`,
 /// `write`, `symlink`, `remove_file`, `remove_dir`), in order: the bare
 /// kernel work of a configfs change, with no reads, no planning and no
@@ -426,98 +299,9 @@ fn floor_and_peers_anchored(
     })
 }
 
-/// Whether the benchmark `name` is selected by the filter arguments the
-/// lab runner passes (`make bench FILTER=...`): no filter selects every
-/// benchmark, else one that is part of `name` (flags are ignored).
-pub fn selected(name: &str) -> bool {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
-}
-
-/// `VmRSS` of process `pid`, in KiB (`/proc/<pid>/status`).
-pub fn rss_kib(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| "no VmRSS".into())
-}
-
-/// The open file descriptors of process `pid` by kind: the target of each
-/// `/proc/<pid>/fd` link with the inode number of sockets, pipes and
-/// anonymous inodes left out (`socket`, `pipe`, `anon_inode:[eventpoll]`,
-/// `/dev/zfs`, ...), with how many descriptors have it. Two snapshots that
-/// differ name what was opened or closed between them.
-pub fn open_fds(pid: u32) -> Result<BTreeMap<String, usize>> {
-    let mut kinds = BTreeMap::new();
-    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
-        // A descriptor closed between the listing and the readlink is gone.
-        let Ok(target) = std::fs::read_link(entry?.path()) else {
-            continue;
-        };
-        let target = target.to_string_lossy().into_owned();
-        let kind = match target.split_once(":[") {
-            Some((kind, _)) if matches!(kind, "socket" | "pipe") => kind.to_owned(),
-            _ => target,
-        };
-        *kinds.entry(kind).or_insert(0) += 1;
-    }
-    Ok(kinds)
-}
-
-/// The total of an [`open_fds`] snapshot.
-pub fn fd_count(kinds: &BTreeMap<String, usize>) -> usize {
-    kinds.values().sum()
-}
-
-/// A duration in milliseconds.
-pub fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// The `p`-th percentile (0 < p <= 100, nearest rank) of `samples`;
-/// zero when there are none.
-pub fn percentile(samples: &[Duration], p: f64) -> Duration {
-    let mut sorted = samples.to_vec();
-    sorted.sort_unstable();
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    // Nearest rank: the smallest sample with at least p% at or below it.
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// Removes every nvmet object (what a reboot does to configfs).
-pub fn empty_nvmet() -> Result<()> {
-    let target = nvmet::Nvmet::open()?;
-    let state = target.read()?;
-    target.teardown(&nvmet::Teardown {
-        subsystems: state.subsystems.keys().cloned().collect(),
-        ports: state.ports.keys().copied().collect(),
-        hosts: state.hosts.clone(),
-    })?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let samples: Vec<Duration> = (1..=100).rev().map(Duration::from_millis).collect();
-        assert_eq!(percentile(&samples, 50.0), Duration::from_millis(50));
-        assert_eq!(percentile(&samples, 99.0), Duration::from_millis(99));
-        assert_eq!(percentile(&samples, 100.0), Duration::from_millis(100));
-        assert_eq!(percentile(&samples[..1], 99.0), Duration::from_millis(100));
-        assert_eq!(percentile(&[], 50.0), Duration::ZERO);
-    }
 
     #[test]
     fn bare_steps_and_their_script_make_the_same_tree() -> Result<()> {
@@ -561,15 +345,5 @@ mod tests {
         assert_eq!(a, (0..6).collect::<Vec<_>>());
         assert_eq!(b, a);
         Ok(())
-    }
-
-    #[test]
-    fn own_descriptors_by_kind() {
-        let kinds = open_fds(std::process::id()).expect("own /proc");
-        assert!(fd_count(&kinds) >= 3, "{kinds:?}");
-        assert!(
-            kinds.keys().all(|k| !k.starts_with("socket:[")),
-            "{kinds:?}"
-        );
     }
 }
