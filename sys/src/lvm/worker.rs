@@ -8,7 +8,10 @@ use super::{
     report::{parse_lvs, parse_vgs, Lv, Vg, VolumeType, LV_FIELDS, VG_FIELDS},
     Created, Job, LvName, LvmUuid, Reply, Request, ThinPool, VgName,
 };
-use std::{ffi::CString, sync::mpsc};
+use std::{ffi::CString, path::Path, sync::mpsc};
+
+/// Where the kernel lists block devices, device-mapper ones included.
+const SYS_BLOCK: &str = "/sys/block";
 
 /// Runs the worker until every sender is dropped, then releases the handle.
 pub(crate) fn run(inbox: mpsc::Receiver<Job>, ready: mpsc::Sender<Result<(), Error>>) {
@@ -309,7 +312,7 @@ impl Worker {
     /// is active (no second LVM command), else from an LVM report.
     fn created(&mut self, vg: &VgName, lv: &LvName) -> Result<Created, Error> {
         let path = std::path::PathBuf::from(format!("/dev/{vg}/{lv}"));
-        if let Some(a) = dm::active(std::path::Path::new("/sys/block"), vg, lv) {
+        if let Some(a) = dm::active(Path::new(SYS_BLOCK), vg, lv) {
             return Ok(Created {
                 vg: vg.clone(),
                 name: lv.clone(),
@@ -367,8 +370,12 @@ impl Worker {
     ) -> Result<Created, Error> {
         check_size(vg, lv, size)?;
         // Checked first: `lvcreate --thinpool` must never be pointed at an
-        // LV that is not a thin pool.
-        self.thin_pool_lv(vg, pool)?;
+        // LV that is not a thin pool. An active pool shows in the kernel's
+        // device-mapper table (a few sysfs reads); only an inactive one, or
+        // an LV that is not a pool, costs an LVM report.
+        if !dm::active_thin_pool(Path::new(SYS_BLOCK), vg, pool) {
+            self.thin_pool_lv(vg, pool)?;
+        }
         let cmd = lvcreate_thin(vg, pool, lv, size);
         if let Err(e) = self.exec(&cmd) {
             return Err(match self.lv(vg, lv) {
