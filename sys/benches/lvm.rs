@@ -130,6 +130,13 @@ fn ours(b: &Block, f: &mut Floors) -> Result<()> {
                     lvm.create_linear(b.vg, &n, SIZE)
                 }
             })?;
+            // The untimed report the floor needs for the UUID, here too, so
+            // that udev has as long on both sides to finish with the new
+            // device before it is removed; it checks the create's answer.
+            let lv = lvm.lv(b.vg, &n)?;
+            if lv.uuid != c.uuid || lv.size != c.size {
+                return Err(format!("the create gave {c:?}, the report {lv:?}").into());
+            }
             timed(remove, || lvm.remove(b.vg, &n, &c.uuid))?;
         }
     }
@@ -154,7 +161,7 @@ fn floor(b: &Block, f: &mut Floors) -> Result<()> {
             let n = b.name("f")?;
             let line = command_line(&b.create(thin, &n));
             timed(create, || raw.run(&line))?;
-            // The UUID to pin, read untimed (ours has it from the create).
+            // The UUID to pin, read untimed (ours reads it too, as a check).
             let lines = raw.run(&command_line(&Request::Lv(b.vg.clone(), n.clone())))?;
             let uuid = parse_lvs(&lines)?
                 .into_iter()
