@@ -2,7 +2,10 @@
 //! sysfs (`/sys/block/dm-N/dm/{name,uuid}`, `/sys/block/dm-N/size`): the
 //! kernel's view, at the cost of a few small reads instead of an LVM report.
 use api::names::lvm::{LvName, LvmUuid, VgName};
-use std::{fs, path::Path};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
 
 /// The device-mapper name LVM gives an LV: `<vg>-<lv>` with each hyphen
 /// inside the names doubled.
@@ -55,33 +58,50 @@ pub(crate) fn parse_dm_uuid(dm_uuid: &str) -> Option<(LvmUuid, LvmUuid)> {
     Some((uuid_from_raw(&raw[..32])?, uuid_from_raw(&raw[32..])?))
 }
 
+/// The folder under `sys_block` of the device-mapper device named `name`.
+fn find(sys_block: &Path, name: &str) -> Option<PathBuf> {
+    fs::read_dir(sys_block).ok()?.flatten().find_map(|entry| {
+        if !entry.file_name().to_string_lossy().starts_with("dm-") {
+            return None;
+        }
+        let dir = entry.path();
+        let found = fs::read_to_string(dir.join("dm/name")).unwrap_or_default();
+        (found.trim_end() == name).then_some(dir)
+    })
+}
+
 /// Finds the active LV `vg/lv` among the device-mapper devices under
 /// `sys_block` (normally `/sys/block`); `None` when it is not active or
 /// sysfs cannot be read.
 pub(crate) fn active(sys_block: &Path, vg: &VgName, lv: &LvName) -> Option<Active> {
-    let want = dm_name(vg, lv);
-    for entry in fs::read_dir(sys_block).ok()?.flatten() {
-        if !entry.file_name().to_string_lossy().starts_with("dm-") {
-            continue;
-        }
-        let dir = entry.path();
-        let name = fs::read_to_string(dir.join("dm/name")).unwrap_or_default();
-        if name.trim_end() != want {
-            continue;
-        }
-        let (vg_uuid, uuid) = parse_dm_uuid(&fs::read_to_string(dir.join("dm/uuid")).ok()?)?;
-        let sectors: u64 = fs::read_to_string(dir.join("size"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        return Some(Active {
-            vg_uuid,
-            uuid,
-            size: sectors * 512,
-        });
-    }
-    None
+    let dir = find(sys_block, &dm_name(vg, lv))?;
+    let (vg_uuid, uuid) = parse_dm_uuid(&fs::read_to_string(dir.join("dm/uuid")).ok()?)?;
+    let sectors: u64 = fs::read_to_string(dir.join("size"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Active {
+        vg_uuid,
+        uuid,
+        size: sectors * 512,
+    })
+}
+
+/// Whether the kernel shows `vg/pool` as an active thin pool: LVM maps a
+/// thin pool's data and metadata through a `<vg>-<pool>-tpool` device (a
+/// layer name, which no LV's own name can produce: hyphens in names are
+/// doubled) whose UUID is the pool's with the `-tpool` suffix. `false`
+/// when there is none (the pool is not active) or sysfs cannot be read.
+pub(crate) fn active_thin_pool(sys_block: &Path, vg: &VgName, pool: &LvName) -> bool {
+    let Some(dir) = find(sys_block, &format!("{}-tpool", dm_name(vg, pool))) else {
+        return false;
+    };
+    fs::read_to_string(dir.join("dm/uuid")).is_ok_and(|u| {
+        u.trim()
+            .strip_suffix("-tpool")
+            .is_some_and(|lv| parse_dm_uuid(lv).is_some())
+    })
 }
 
 #[cfg(test)]
@@ -121,6 +141,18 @@ mod tests {
                 "8192",
             ),
             (
+                "dm-1",
+                "labvg-thin0-tpool",
+                "LVM-abcdefghijklmnopqrstuvwxyz012345ABCDEFGHIJKLMNOPQRSTUVWXYZ0000aa-tpool",
+                "8192",
+            ),
+            (
+                "dm-2",
+                "labvg-thin1--tpool",
+                "LVM-abcdefghijklmnopqrstuvwxyz012345ABCDEFGHIJKLMNOPQRSTUVWXYZ0000bb",
+                "8192",
+            ),
+            (
                 "dm-3",
                 "labvg-pvc--1",
                 "LVM-abcdefghijklmnopqrstuvwxyz012345ABCDEFGHIJKLMNOPQRSTUVWXYZ6789ab",
@@ -146,6 +178,12 @@ mod tests {
             "abcdef-ghij-klmn-opqr-stuv-wxyz-012345"
         );
         assert_eq!(active(&root, &vg, &LvName::new("pvc").unwrap()), None);
+        // A pool's -tpool layer; not an LV named thin1-tpool, nor an LV itself.
+        let pool = |name: &str| active_thin_pool(&root, &vg, &LvName::new(name).unwrap());
+        assert!(pool("thin0"));
+        assert!(!pool("thin1"));
+        assert!(!pool("pvc-1"));
+        assert!(!pool("thin1-tpool"));
         fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -116,7 +116,8 @@ pub enum Error {
     /// `lvm2_init` failed.
     #[error("liblvm2cmd could not be initialised (lvm2_init returned NULL)")]
     Init,
-    /// Another [`Lvm`](super::Lvm) service is running in this process;
+    /// Another [`Lvm`](super::Lvm) service (or a benchmark's
+    /// [`RawLvm`](super::floor::RawLvm)) is running in this process;
     /// liblvm2cmd allows only one.
     #[error("an LVM service is already running in this process (liblvm2cmd is not thread-safe; share that one)")]
     AlreadyRunning,

@@ -11,7 +11,8 @@
 //!
 //! Dropping the service stops the worker, which releases the handle with
 //! `lvm2_exit` before the process goes on. Only one service may run in a
-//! process at a time ([`Error::AlreadyRunning`]).
+//! process at a time ([`Error::AlreadyRunning`]), and not beside a
+//! [`floor::RawLvm`], the bare call benchmarks time as the floor.
 //!
 //! ```no_run
 //! use sys::lvm::{classify, Lvm, LvName, VgName};
@@ -33,6 +34,7 @@ mod adopt;
 mod dm;
 mod error;
 mod ffi;
+pub mod floor;
 mod report;
 mod worker;
 
@@ -162,8 +164,29 @@ pub struct ThinPool {
 
 type Job = (Request, mpsc::Sender<Result<Reply, Error>>);
 
-/// Set while a worker holds the process's liblvm2cmd handle.
+/// Set while a worker (or a [`floor::RawLvm`]) holds the process's
+/// liblvm2cmd handle.
 static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// The process's one claim on liblvm2cmd: taken before a handle is
+/// created, given back when dropped (after the handle is released).
+pub(crate) struct Claim(());
+
+impl Claim {
+    /// Takes the claim; [`Error::AlreadyRunning`] while another holds it.
+    pub(crate) fn take() -> Result<Self, Error> {
+        RUNNING
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| Self(()))
+            .map_err(|_| Error::AlreadyRunning)
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        RUNNING.store(false, Ordering::Release);
+    }
+}
 
 /// The LVM service: one worker thread owning the liblvm2cmd handle.
 /// `Send + Sync`: share it by reference or in an [`Arc`].
@@ -181,27 +204,18 @@ impl std::fmt::Debug for Lvm {
 impl Lvm {
     /// Starts the worker and initialises liblvm2cmd on it.
     pub fn start() -> Result<Self, Error> {
-        if RUNNING
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Err(Error::AlreadyRunning);
-        }
+        let claim = Claim::take()?;
         let (jobs, inbox) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), Error>>();
         let spawned = thread::Builder::new()
             .name("lvm-worker".into())
             .spawn(move || {
                 worker::run(inbox, ready_tx);
-                RUNNING.store(false, Ordering::Release);
+                // Given back once the worker has released the handle.
+                drop(claim);
             });
-        let worker = match spawned {
-            Ok(w) => w,
-            Err(e) => {
-                RUNNING.store(false, Ordering::Release);
-                return Err(Error::Worker(format!("cannot spawn it: {e}")));
-            }
-        };
+        // A thread that could not be spawned dropped its closure, claim too.
+        let worker = spawned.map_err(|e| Error::Worker(format!("cannot spawn it: {e}")))?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Self {
                 jobs: Some(jobs),

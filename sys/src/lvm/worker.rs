@@ -8,7 +8,10 @@ use super::{
     report::{parse_lvs, parse_vgs, Lv, Vg, VolumeType, LV_FIELDS, VG_FIELDS},
     Created, Job, LvName, LvmUuid, Reply, Request, ThinPool, VgName,
 };
-use std::{ffi::CString, sync::mpsc};
+use std::{ffi::CString, path::Path, sync::mpsc};
+
+/// Where the kernel lists block devices, device-mapper ones included.
+const SYS_BLOCK: &str = "/sys/block";
 
 /// Runs the worker until every sender is dropped, then releases the handle.
 pub(crate) fn run(inbox: mpsc::Receiver<Job>, ready: mpsc::Sender<Result<(), Error>>) {
@@ -63,6 +66,77 @@ impl Cmd {
     /// The command line as text (for errors and for `lvm2_run`).
     pub(crate) fn line(&self) -> String {
         self.0.join(" ")
+    }
+}
+
+fn vg_report(vg: &VgName) -> Cmd {
+    Cmd::report("vgs", VG_FIELDS).arg(vg.as_str())
+}
+
+fn lvs_report(vg: &VgName) -> Cmd {
+    Cmd::report("lvs", LV_FIELDS).arg("-a").arg(vg.as_str())
+}
+
+/// `lvs` of one LV (its report, hidden LVs left out by the caller).
+fn lv_report(vg: &VgName, lv: &LvName) -> Cmd {
+    Cmd::report("lvs", LV_FIELDS).arg(lv_path(vg, lv))
+}
+
+fn lvcreate_linear(vg: &VgName, lv: &LvName, size: u64) -> Cmd {
+    Cmd::new("lvcreate")
+        .arg("-y")
+        .arg("--type")
+        .arg("linear")
+        .arg("-n")
+        .arg(lv.as_str())
+        .arg("-L")
+        .arg(format!("{size}b"))
+        .arg(vg.as_str())
+}
+
+fn lvcreate_thin(vg: &VgName, pool: &LvName, lv: &LvName, size: u64) -> Cmd {
+    Cmd::new("lvcreate")
+        .arg("-y")
+        .arg("--type")
+        .arg("thin")
+        .arg("-n")
+        .arg(lv.as_str())
+        .arg("-V")
+        .arg(format!("{size}b"))
+        .arg("--thinpool")
+        .arg(pool.as_str())
+        .arg(vg.as_str())
+}
+
+/// The selection makes LVM itself skip the LV unless its UUID is still
+/// `uuid`, under its VG lock: no window between check and remove.
+fn lvremove(vg: &VgName, lv: &LvName, uuid: &LvmUuid) -> Cmd {
+    Cmd::new("lvremove")
+        .arg("-y")
+        .arg("--select")
+        .arg(format!("lv_uuid={uuid}"))
+        .arg(lv_path(vg, lv))
+}
+
+fn lvextend(vg: &VgName, lv: &LvName, size: u64) -> Cmd {
+    Cmd::new("lvextend")
+        .arg("-L")
+        .arg(format!("{size}b"))
+        .arg(lv_path(vg, lv))
+}
+
+/// The LVM command at the heart of a request, as the worker runs it: the
+/// one `lvm2_run` that does the request's work, without the reports some
+/// requests add before or after it ([`super::floor`]).
+pub(crate) fn command(request: &Request) -> Cmd {
+    match request {
+        Request::Vg(vg) => vg_report(vg),
+        Request::Lvs(vg) => lvs_report(vg),
+        Request::Lv(vg, lv) | Request::ThinPool(vg, lv) => lv_report(vg, lv),
+        Request::CreateLinear { vg, lv, size } => lvcreate_linear(vg, lv, *size),
+        Request::CreateThin { vg, pool, lv, size } => lvcreate_thin(vg, pool, lv, *size),
+        Request::Remove { vg, lv, uuid } => lvremove(vg, lv, uuid),
+        Request::Extend { vg, lv, size } => lvextend(vg, lv, *size),
     }
 }
 
@@ -167,7 +241,7 @@ impl Worker {
     }
 
     fn vg(&mut self, vg: &VgName) -> Result<Vg, Error> {
-        let cmd = Cmd::report("vgs", VG_FIELDS).arg(vg.as_str());
+        let cmd = vg_report(vg);
         let out = self.exec(&cmd).map_err(|e| Self::not_found(e, vg, None))?;
         let vgs = parse_vgs(&out.lines).map_err(|source| Error::Report {
             command: out.command.clone(),
@@ -186,13 +260,13 @@ impl Worker {
     }
 
     fn lvs(&mut self, vg: &VgName) -> Result<Vec<Lv>, Error> {
-        let cmd = Cmd::report("lvs", LV_FIELDS).arg("-a").arg(vg.as_str());
+        let cmd = lvs_report(vg);
         let out = self.exec(&cmd).map_err(|e| Self::not_found(e, vg, None))?;
         Self::parse_lvs(&out)
     }
 
     fn lv(&mut self, vg: &VgName, lv: &LvName) -> Result<Lv, Error> {
-        let cmd = Cmd::report("lvs", LV_FIELDS).arg(lv_path(vg, lv));
+        let cmd = lv_report(vg, lv);
         let out = self
             .exec(&cmd)
             .map_err(|e| Self::not_found(e, vg, Some(lv)))?;
@@ -238,7 +312,7 @@ impl Worker {
     /// is active (no second LVM command), else from an LVM report.
     fn created(&mut self, vg: &VgName, lv: &LvName) -> Result<Created, Error> {
         let path = std::path::PathBuf::from(format!("/dev/{vg}/{lv}"));
-        if let Some(a) = dm::active(std::path::Path::new("/sys/block"), vg, lv) {
+        if let Some(a) = dm::active(Path::new(SYS_BLOCK), vg, lv) {
             return Ok(Created {
                 vg: vg.clone(),
                 name: lv.clone(),
@@ -263,15 +337,7 @@ impl Worker {
 
     fn create_linear(&mut self, vg: &VgName, lv: &LvName, size: u64) -> Result<Created, Error> {
         check_size(vg, lv, size)?;
-        let cmd = Cmd::new("lvcreate")
-            .arg("-y")
-            .arg("--type")
-            .arg("linear")
-            .arg("-n")
-            .arg(lv.as_str())
-            .arg("-L")
-            .arg(format!("{size}b"))
-            .arg(vg.as_str());
+        let cmd = lvcreate_linear(vg, lv, size);
         if let Err(e) = self.exec(&cmd) {
             return Err(self.diagnose_create(e, vg, lv, size));
         }
@@ -304,19 +370,13 @@ impl Worker {
     ) -> Result<Created, Error> {
         check_size(vg, lv, size)?;
         // Checked first: `lvcreate --thinpool` must never be pointed at an
-        // LV that is not a thin pool.
-        self.thin_pool_lv(vg, pool)?;
-        let cmd = Cmd::new("lvcreate")
-            .arg("-y")
-            .arg("--type")
-            .arg("thin")
-            .arg("-n")
-            .arg(lv.as_str())
-            .arg("-V")
-            .arg(format!("{size}b"))
-            .arg("--thinpool")
-            .arg(pool.as_str())
-            .arg(vg.as_str());
+        // LV that is not a thin pool. An active pool shows in the kernel's
+        // device-mapper table (a few sysfs reads); only an inactive one, or
+        // an LV that is not a pool, costs an LVM report.
+        if !dm::active_thin_pool(Path::new(SYS_BLOCK), vg, pool) {
+            self.thin_pool_lv(vg, pool)?;
+        }
+        let cmd = lvcreate_thin(vg, pool, lv, size);
         if let Err(e) = self.exec(&cmd) {
             return Err(match self.lv(vg, lv) {
                 Ok(_) => Error::LvExists {
@@ -330,13 +390,7 @@ impl Worker {
     }
 
     fn remove(&mut self, vg: &VgName, lv: &LvName, uuid: &LvmUuid) -> Result<(), Error> {
-        // The selection makes LVM itself skip the LV unless its UUID is
-        // still `uuid`, under its VG lock: no window between check and remove.
-        let cmd = Cmd::new("lvremove")
-            .arg("-y")
-            .arg("--select")
-            .arg(format!("lv_uuid={uuid}"))
-            .arg(lv_path(vg, lv));
+        let cmd = lvremove(vg, lv, uuid);
         let out = self
             .exec(&cmd)
             .map_err(|e| Self::not_found(e, vg, Some(lv)))?;
@@ -379,10 +433,7 @@ impl Worker {
         if size == current.size {
             return Ok(current);
         }
-        let cmd = Cmd::new("lvextend")
-            .arg("-L")
-            .arg(format!("{size}b"))
-            .arg(lv_path(vg, lv));
+        let cmd = lvextend(vg, lv, size);
         if let Err(e) = self.exec(&cmd) {
             let now = self.lv(vg, lv)?;
             // Rounded up to whole extents, the size may already be reached.
