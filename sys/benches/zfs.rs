@@ -12,8 +12,9 @@
 //!    requests; goal: at least 2x), N bare creates at once (the floor) and N
 //!    sequential `zfs create -V`.
 //!
-//! Each kind of work alternates between the ways in blocks of ten, so that
-//! drift of the host hits all of them. Exits non-zero when a goal is
+//! Each kind of work alternates between the ways in blocks of ten, the
+//! first of them rotating from block to block, so that drift of the host
+//! and udev's work after a settle hit all of them. Exits non-zero when a goal is
 //! missed, after printing every figure.
 use pillar_csi_lab::{
     bench::{conditions, ms, processes_at_once, threads_at_once, Floor},
@@ -84,6 +85,15 @@ impl Three {
     }
 }
 
+/// Runs the three ways of one block in an order that rotates with the
+/// block, so that none always goes first (after udev settled) or last.
+fn in_turn(block: usize, ways: [&mut dyn FnMut() -> Result<()>; 3]) -> Result<()> {
+    for j in 0..3 {
+        (ways[(block + j) % 3])()?;
+    }
+    Ok(())
+}
+
 fn timed(total: &mut Duration, f: impl FnOnce() -> Result<()>) -> Result<()> {
     let t = Instant::now();
     f()?;
@@ -129,36 +139,65 @@ impl Bench {
                     .collect()
             };
             let (ours, floor, cli) = (names("o")?, names("f")?, names("c")?);
-            for n in &ours {
-                let mut spec = ZvolSpec::new(n.clone(), SIZE);
-                spec.provisioning = provisioning;
-                timed(&mut create.ours, || Ok(self.zfs.create_zvol(&spec)?))?;
-            }
-            for n in &floor {
-                timed(&mut create.floor, || {
-                    Ok(self.bare.create_zvol(n.as_str(), SIZE, resv)?)
-                })?;
-            }
             let args: &[&str] = if sparse {
                 &["create", "-s", "-V", "16M"]
             } else {
                 &["create", "-V", "16M"]
             };
-            for n in &cli {
-                let args: Vec<&str> = args.iter().copied().chain([n.as_str()]).collect();
-                timed(&mut create.cli, || Ok(run("zfs", &args).map(drop)?))?;
-            }
+            in_turn(
+                block,
+                [
+                    &mut || {
+                        for n in &ours {
+                            let mut spec = ZvolSpec::new(n.clone(), SIZE);
+                            spec.provisioning = provisioning;
+                            timed(&mut create.ours, || Ok(self.zfs.create_zvol(&spec)?))?;
+                        }
+                        Ok(())
+                    },
+                    &mut || {
+                        for n in &floor {
+                            timed(&mut create.floor, || {
+                                Ok(self.bare.create_zvol(n.as_str(), SIZE, resv)?)
+                            })?;
+                        }
+                        Ok(())
+                    },
+                    &mut || {
+                        for n in &cli {
+                            let args: Vec<&str> =
+                                args.iter().copied().chain([n.as_str()]).collect();
+                            timed(&mut create.cli, || Ok(run("zfs", &args).map(drop)?))?;
+                        }
+                        Ok(())
+                    },
+                ],
+            )?;
             // udev's probes of the new devices end before the destroys.
             settle()?;
-            for n in &ours {
-                timed(&mut destroy.ours, || Ok(self.zfs.destroy(n)?))?;
-            }
-            for n in &floor {
-                timed(&mut destroy.floor, || Ok(self.bare.destroy(n.as_str())?))?;
-            }
-            for n in &cli {
-                timed(&mut destroy.cli, || cli_destroy(n.as_str()))?;
-            }
+            in_turn(
+                block,
+                [
+                    &mut || {
+                        for n in &ours {
+                            timed(&mut destroy.ours, || Ok(self.zfs.destroy(n)?))?;
+                        }
+                        Ok(())
+                    },
+                    &mut || {
+                        for n in &floor {
+                            timed(&mut destroy.floor, || Ok(self.bare.destroy(n.as_str())?))?;
+                        }
+                        Ok(())
+                    },
+                    &mut || {
+                        for n in &cli {
+                            timed(&mut destroy.cli, || cli_destroy(n.as_str()))?;
+                        }
+                        Ok(())
+                    },
+                ],
+            )?;
             settle()?;
         }
         create.n = N;
@@ -180,31 +219,48 @@ impl Bench {
             ..Default::default()
         };
         let mut buffer = Vec::new();
-        for block in names.chunks(BLOCK) {
-            for n in block {
-                timed(&mut three.ours, || {
-                    let size = self.zfs.volsize(n)?;
-                    (size == SIZE)
-                        .then_some(())
-                        .ok_or_else(|| format!("{n}: volsize {size}").into())
-                })?;
-            }
-            for n in block {
-                timed(&mut three.floor, || {
-                    self.bare
-                        .stats(n.as_str(), &mut buffer)
-                        .map(drop)
-                        .map_err(Into::into)
-                })?;
-            }
-            for n in block {
-                timed(&mut three.cli, || {
-                    let out = run("zfs", &["get", "-Hp", "-o", "value", "volsize", n.as_str()])?;
-                    (out.trim().parse::<u64>()? == SIZE)
-                        .then_some(())
-                        .ok_or_else(|| format!("{n}: zfs get said {out}").into())
-                })?;
-            }
+        for (i, block) in names.chunks(BLOCK).enumerate() {
+            in_turn(
+                i,
+                [
+                    &mut || {
+                        for n in block {
+                            timed(&mut three.ours, || {
+                                let size = self.zfs.volsize(n)?;
+                                (size == SIZE)
+                                    .then_some(())
+                                    .ok_or_else(|| format!("{n}: volsize {size}").into())
+                            })?;
+                        }
+                        Ok(())
+                    },
+                    &mut || {
+                        for n in block {
+                            timed(&mut three.floor, || {
+                                self.bare
+                                    .stats(n.as_str(), &mut buffer)
+                                    .map(drop)
+                                    .map_err(Into::into)
+                            })?;
+                        }
+                        Ok(())
+                    },
+                    &mut || {
+                        for n in block {
+                            timed(&mut three.cli, || {
+                                let out = run(
+                                    "zfs",
+                                    &["get", "-Hp", "-o", "value", "volsize", n.as_str()],
+                                )?;
+                                (out.trim().parse::<u64>()? == SIZE)
+                                    .then_some(())
+                                    .ok_or_else(|| format!("{n}: zfs get said {out}").into())
+                            })?;
+                        }
+                        Ok(())
+                    },
+                ],
+            )?;
         }
         for n in &names {
             self.zfs.destroy(n)?;
