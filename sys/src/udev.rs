@@ -69,9 +69,14 @@ pub fn wait_for_node_nudging(
     timeout: Duration,
     mut nudge: impl FnMut(),
 ) -> Result<PathBuf, Error> {
+    // A node already there needs no monitor (a netlink socket per call
+    // costs every export's device lookup a few system calls).
+    if let Ok(real) = path.canonicalize() {
+        return Ok(real);
+    }
     let start = Instant::now();
     let mut nudged = start;
-    // Listen first, then look: no event can slip between the two.
+    // Listen first, then look again: no event can slip between the two.
     let monitor = udev::MonitorBuilder::new()
         .and_then(|b| b.match_subsystem("block"))
         .and_then(|b| b.listen())
