@@ -1,10 +1,12 @@
 //! Waiting for a device node that udev creates (`/dev/zvol/<name>`,
 //! `/dev/<vg>/<lv>`, ...), with a bounded timeout.
 //!
-//! A udev monitor on the `block` subsystem is opened *before* the first look
-//! at the path, so an event that lands between the look and the wait is not
-//! lost; each event (and, as a safety net against a monitor that misses
-//! events, every [`RECHECK`]) the path is looked at again. udev sends its
+//! One udev monitor on the `block` subsystem serves every wait of the
+//! process (a thread of its own reads it and wakes the waiters); a waiter
+//! notes the events seen *before* it looks at the path, so an event that
+//! lands between the look and the wait is not slept through; each event
+//! (and, as a safety net against a monitor that misses events, every
+//! [`RECHECK`]) the path is looked at again. udev sends its
 //! event after its rules ran, so the symlink exists when the event arrives.
 //! Where no udev monitor can be opened (no udevd, no netlink), the wait
 //! falls back to looking every [`RECHECK`].
@@ -22,9 +24,10 @@
 //! println!("device {}", node.display());
 //! # Ok::<(), sys::udev::Error>(())
 //! ```
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::event::{poll, PollFd, PollFlags};
 use std::{
     path::{Path, PathBuf},
+    sync::{Condvar, Mutex, OnceLock},
     time::{Duration, Instant},
 };
 
@@ -41,15 +44,6 @@ pub enum Error {
         path: PathBuf,
         /// How long we waited.
         waited: Duration,
-    },
-    /// Polling the udev monitor failed.
-    #[error("polling the udev monitor while waiting for {}: {source}", path.display())]
-    Poll {
-        /// The node waited for.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
     },
 }
 
@@ -69,19 +63,13 @@ pub fn wait_for_node_nudging(
     timeout: Duration,
     mut nudge: impl FnMut(),
 ) -> Result<PathBuf, Error> {
-    // A node already there needs no monitor (a netlink socket per call
-    // costs every export's device lookup a few system calls).
-    if let Ok(real) = path.canonicalize() {
-        return Ok(real);
-    }
+    let events = Events::shared();
     let start = Instant::now();
     let mut nudged = start;
-    // Listen first, then look again: no event can slip between the two.
-    let monitor = udev::MonitorBuilder::new()
-        .and_then(|b| b.match_subsystem("block"))
-        .and_then(|b| b.listen())
-        .ok();
     loop {
+        // Which events were seen, then look: an event after the look
+        // changes the count, and the wait below does not sleep through it.
+        let seen = events.map(Events::count);
         if let Ok(real) = path.canonicalize() {
             return Ok(real);
         }
@@ -97,27 +85,87 @@ pub fn wait_for_node_nudging(
             nudged = Instant::now();
         }
         let slice = (timeout - elapsed).min(RECHECK);
-        match &monitor {
-            Some(socket) => {
-                let ts = Timespec {
-                    tv_sec: slice.as_secs() as i64,
-                    tv_nsec: i64::from(slice.subsec_nanos()),
-                };
-                let mut fds = [PollFd::new(socket, PollFlags::IN)];
-                match poll(&mut fds, Some(&ts)) {
-                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                    Err(e) => {
-                        return Err(Error::Poll {
-                            path: path.to_owned(),
-                            source: e.into(),
-                        })
-                    }
-                }
-                // Drain what arrived; the path is looked at again above.
-                for _event in socket.iter() {}
-            }
-            None => std::thread::sleep(slice),
+        match (events, seen) {
+            (Some(events), Some(seen)) => events.wait_past(seen, slice),
+            _ => std::thread::sleep(slice),
         }
+    }
+}
+
+/// The process's one udev monitor on the `block` subsystem, read by one
+/// thread (`udev-events`, started on first use) that counts the events and
+/// wakes every waiter, which then looks at its own path. With a monitor per
+/// waiter, each of 50 waiters received and parsed every event of all the
+/// others: in the lab, 50 zvols created at once kept the guest's CPUs busy
+/// with that alone.
+struct Events {
+    count: Mutex<u64>,
+    changed: Condvar,
+}
+
+impl Events {
+    /// The shared monitor, or `None` where none can be opened (no udevd,
+    /// no netlink): waiters then look every [`RECHECK`].
+    fn shared() -> Option<&'static Events> {
+        static SHARED: OnceLock<Option<&'static Events>> = OnceLock::new();
+        *SHARED.get_or_init(|| {
+            let events: &'static Events = Box::leak(Box::new(Events {
+                count: Mutex::new(0),
+                changed: Condvar::new(),
+            }));
+            let (opened, started) = std::sync::mpsc::sync_channel(1);
+            std::thread::Builder::new()
+                .name("udev-events".into())
+                .spawn(move || {
+                    let monitor = udev::MonitorBuilder::new()
+                        .and_then(|b| b.match_subsystem("block"))
+                        .and_then(|b| b.listen());
+                    let socket = match monitor {
+                        Ok(socket) => {
+                            let _ = opened.send(true);
+                            socket
+                        }
+                        Err(_) => {
+                            let _ = opened.send(false);
+                            return;
+                        }
+                    };
+                    events.read(&socket);
+                })
+                .ok()?;
+            started.recv().ok().filter(|ok| *ok).map(|_| events)
+        })
+    }
+
+    /// Counts the monitor's events for ever; on a poll error other than an
+    /// interruption the thread ends and waiters go on looking every
+    /// [`RECHECK`].
+    fn read(&self, socket: &udev::MonitorSocket) {
+        loop {
+            let mut fds = [PollFd::new(socket, PollFlags::IN)];
+            match poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return,
+            }
+            let arrived = socket.iter().count() as u64;
+            if arrived > 0 {
+                *self.count.lock().unwrap_or_else(|e| e.into_inner()) += arrived;
+                self.changed.notify_all();
+            }
+        }
+    }
+
+    /// The events counted so far.
+    fn count(&self) -> u64 {
+        *self.count.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits up to `slice` for an event past the first `seen`.
+    fn wait_past(&self, seen: u64, slice: Duration) {
+        let count = self.count.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self
+            .changed
+            .wait_timeout_while(count, slice, |c| *c == seen);
     }
 }
 

@@ -163,15 +163,6 @@ pub enum Error {
         /// How long we waited.
         waited: Duration,
     },
-    /// Waiting for the device node failed.
-    #[error("waiting for the device of volume {dataset}: {source}")]
-    Udev {
-        /// The volume.
-        dataset: String,
-        /// The cause.
-        #[source]
-        source: crate::udev::Error,
-    },
 }
 
 fn describe_dependents(snapshots: &[String], children: &[String]) -> String {

@@ -169,10 +169,6 @@ impl Zfs {
                 path,
                 waited,
             }),
-            Err(source) => Err(Error::Udev {
-                dataset: name.to_string(),
-                source,
-            }),
         }
     }
 }
