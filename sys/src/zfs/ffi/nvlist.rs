@@ -98,6 +98,8 @@ impl NvList {
 }
 
 #[cfg(test)]
+// SAFETY: C's `free`, declared with its own signature; called only on
+// memory libnvpair allocated with malloc.
 unsafe extern "C" {
     #[link_name = "free"]
     fn libc_free(p: *mut c_void);
