@@ -409,6 +409,8 @@ const BENCH_NQN: &str = "nqn.2026-01.com.bhyoo.pillar-csi.bench:";
 struct Exports<'a> {
     target: &'a Nvmet,
     device: &'a str,
+    /// The port check the agent's exporter keeps.
+    port_check: nvmet::PortCheck,
 }
 
 impl Exports<'_> {
@@ -423,13 +425,16 @@ impl bench::Exports for Exports<'_> {
     }
 
     /// As the agent per ExportVolume (its calls into this crate,
-    /// agent/src/export/nvmeof.rs): one plan from one read, which moves the
-    /// port when it must and cuts off hosts losing access, then its steps.
+    /// agent/src/export/nvmeof.rs): one plan from one read (the port read
+    /// whole when its check is due), which moves the port when it must and
+    /// cuts off hosts losing access, then its steps.
     fn export(&self, set: &str, k: usize) -> Result<()> {
         let name = Self::name(set, k)?;
         let desired = export_state(&name, self.device)?;
-        let planned = self.target.plan_subsystem(&name, desired, |_| false)?;
-        self.target.tree().run(&planned.plan.steps)?;
+        let planned = self
+            .target
+            .plan_subsystem(&name, desired, |_| false, &self.port_check)?;
+        self.target.run_subsystem_plan(&planned, &self.port_check)?;
         Ok(())
     }
 
@@ -475,7 +480,11 @@ impl bench::Exports for Exports<'_> {
 /// export, in turn and at once (see [`bench::floor_and_peers`]), on port
 /// `PORT` made for it.
 fn floor_and_peers(target: &Nvmet, device: &str) -> Result<()> {
-    let exports = Exports { target, device };
+    let exports = Exports {
+        target,
+        device,
+        port_check: Default::default(),
+    };
     bench::bare(Path::new(nvmet::DEFAULT_ROOT), &port_steps())?;
     let figures = bench::floor_and_peers(&exports, BLOCKS, PER_BLOCK, CONCURRENT);
     target.teardown(&Teardown {

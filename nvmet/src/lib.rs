@@ -43,6 +43,7 @@
 //! ```
 
 mod error;
+mod export;
 mod model;
 mod names;
 mod plan;
@@ -51,10 +52,11 @@ mod revoke;
 
 pub use configfs::Step;
 pub use error::Error;
+pub use export::{PortCheck, SubsystemPlan};
 pub use model::{Namespace, Port, State, Subsystem, Teardown, Transport};
 pub use names::{InvalidName, Nqn, Nsid, PortId, NQN_MAX_LEN};
 pub use plan::{plan_apply, plan_teardown};
-pub use revoke::{narrows_access, plan_apply_revoking, RevokingPlan, SubsystemPlan};
+pub use revoke::{narrows_access, plan_apply_revoking, RevokingPlan};
 
 use configfs::Tree;
 use std::path::PathBuf;

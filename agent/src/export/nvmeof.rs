@@ -1,7 +1,9 @@
 //! NVMe/TCP exports through the kernel nvmet target.
 use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
-use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, SubsystemPlan, Teardown};
+use nvmet::{
+    Namespace, Nqn, Nsid, Nvmet, Port, PortCheck, PortId, State, Subsystem, SubsystemPlan, Teardown,
+};
 use std::{collections::BTreeSet, path::Path, sync::RwLock};
 use tracing::info;
 
@@ -21,6 +23,8 @@ pub struct NvmetExporter {
     /// runs alone (write), so that no export sees a shared object change
     /// under it and two exports never race to make the same one.
     apply: RwLock<()>,
+    /// When the port was last read whole (see [`PortCheck`]).
+    port_check: PortCheck,
 }
 
 impl NvmetExporter {
@@ -35,6 +39,7 @@ impl NvmetExporter {
             listener,
             port,
             apply: RwLock::new(()),
+            port_check: PortCheck::default(),
         }
     }
 
@@ -105,18 +110,19 @@ impl NvmetExporter {
     /// off hosts that lose access; when the port must move (it is
     /// half-made from a failed start, or the agent now listens elsewhere),
     /// this agent's subsystems linked to it move with it, and another
-    /// tool's makes the plan refuse instead of cutting its hosts off. The
-    /// plan is made from one read beside other changes; when it touches
+    /// tool's makes the plan refuse instead of cutting its hosts off (the
+    /// port is read whole every [`PortCheck::EVERY`] and after a failure).
+    /// The plan is made from one read beside other changes; when it touches
     /// only `nqn`'s own objects it runs there, else it is made again and
     /// run alone.
     fn apply_subsystem(&self, nqn: &Nqn, desired: &State) -> Result<SubsystemPlan, AgentError> {
         let plan = || {
             let own = |n: &Nqn| n.as_str().starts_with(NQN_PREFIX);
-            self.target.plan_subsystem(nqn, desired.clone(), own)
+            self.target
+                .plan_subsystem(nqn, desired.clone(), own, &self.port_check)
         };
         let run = |planned: &SubsystemPlan| -> Result<(), AgentError> {
-            let tree = self.target.tree();
-            Ok(tree.run(&planned.plan.steps).map_err(nvmet::Error::from)?)
+            Ok(self.target.run_subsystem_plan(planned, &self.port_check)?)
         };
         let shared = self.beside_others(|| {
             let planned = plan()?;
@@ -194,6 +200,7 @@ impl Exporter for NvmetExporter {
         let SubsystemPlan {
             plan,
             allowed_before,
+            ..
         } = self.apply_subsystem(&nqn, &desired)?;
         let dropped: BTreeSet<Nqn> = allowed_before.difference(&hosts).cloned().collect();
         if !dropped.is_empty() {

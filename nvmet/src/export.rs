@@ -1,0 +1,230 @@
+//! One subsystem's export planned from one read, with the ports it links to
+//! read whole only every [`PortCheck::EVERY`].
+//!
+//! An export of a new volume writes six configfs objects; reading its port
+//! back (three attributes) and its subsystem first took as many system
+//! calls again. The port is what many exports share, and what its owner
+//! made and checked: a plan reads it whole when the last whole read is
+//! older than [`PortCheck::EVERY`] (or failed), and otherwise trusts it to
+//! be as desired, looking only at whether it links the subsystem.
+use crate::{
+    error::Error,
+    model::State,
+    names::Nqn,
+    revoke::{link_path, RevokingPlan},
+    Nvmet,
+};
+use std::{
+    collections::BTreeSet,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+/// When the ports of a [`Nvmet::plan_subsystem`] were last read whole and
+/// found as desired.
+#[derive(Debug, Default)]
+pub struct PortCheck {
+    last: Mutex<Option<Instant>>,
+}
+
+impl PortCheck {
+    /// How long a whole read of the ports is trusted.
+    pub const EVERY: Duration = Duration::from_secs(10);
+
+    fn due(&self) -> bool {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        last.is_none_or(|t| t.elapsed() >= Self::EVERY)
+    }
+
+    fn passed(&self) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// The next plan reads the ports whole.
+    pub fn forget(&self) {
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// A plan of [`Nvmet::plan_subsystem`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubsystemPlan {
+    /// What to run.
+    pub plan: RevokingPlan,
+    /// The hosts the subsystem allowed when it was read (none when it did
+    /// not exist).
+    pub allowed_before: BTreeSet<Nqn>,
+    /// Whether the ports were read whole for this plan.
+    ports_read: bool,
+}
+
+impl Nvmet {
+    /// [`Nvmet::plan_revoking`] for one subsystem, `nqn`, from one read of
+    /// what it touches, with the hosts the subsystem allowed before.
+    ///
+    /// When `check` is due, the ports of `desired` are read whole: one
+    /// present at another address moves, its present links that
+    /// `moves_with_port` accepts are kept in the desired state (they move
+    /// with it), and any other link makes the plan refuse the move. Else
+    /// the ports are taken to be as desired, and only their links to `nqn`
+    /// are looked at.
+    pub fn plan_subsystem(
+        &self,
+        nqn: &Nqn,
+        desired: State,
+        moves_with_port: impl Fn(&Nqn) -> bool,
+        check: &PortCheck,
+    ) -> Result<SubsystemPlan, Error> {
+        let ports_read = check.due();
+        let (present, desired) = if ports_read {
+            self.read_moving_ports(desired, moves_with_port)?
+        } else {
+            let mut present = self.read_scoped(&State {
+                ports: Default::default(),
+                ..desired.clone()
+            })?;
+            for (id, want) in &desired.ports {
+                let mut port = want.clone();
+                port.subsystems
+                    .retain(|n| self.tree().exists(&link_path(*id, n)));
+                present.ports.insert(*id, port);
+            }
+            (present, desired)
+        };
+        let allowed_before = present
+            .subsystems
+            .get(nqn)
+            .map(|s| s.allowed_hosts.clone())
+            .unwrap_or_default();
+        Ok(SubsystemPlan {
+            plan: self.plan_revoking_from(present, &desired)?,
+            allowed_before,
+            ports_read,
+        })
+    }
+
+    /// Runs a plan of [`Nvmet::plan_subsystem`]: when it ran, a plan made
+    /// from a whole read of the ports passes `check`; when it failed, the
+    /// next plan reads them whole.
+    pub fn run_subsystem_plan(
+        &self,
+        planned: &SubsystemPlan,
+        check: &PortCheck,
+    ) -> Result<(), Error> {
+        match self.tree().run(&planned.plan.steps) {
+            Ok(()) => {
+                if planned.ports_read {
+                    check.passed();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                check.forget();
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The present state for `desired` with its ports read whole, and
+    /// `desired` with the links that move with a moving port.
+    fn read_moving_ports(
+        &self,
+        mut desired: State,
+        moves_with_port: impl Fn(&Nqn) -> bool,
+    ) -> Result<(State, State), Error> {
+        let present = self.read_scoped(&desired)?;
+        let mut moved = false;
+        for (id, want) in &mut desired.ports {
+            let Some(have) = present.ports.get(id) else {
+                continue;
+            };
+            if have.transport != want.transport || have.address != want.address {
+                let moving = have.subsystems.iter().filter(|n| moves_with_port(n));
+                want.subsystems.extend(moving.cloned());
+                moved = true;
+            }
+        }
+        if moved {
+            // The subsystems moving with the port are read too.
+            return Ok((self.read_scoped(&desired)?, desired));
+        }
+        Ok((present, desired))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Namespace, Nsid, Port, PortId, Subsystem};
+    use configfs::Tree;
+    use std::fs;
+
+    fn export(nqn: &Nqn, address: &str) -> Result<State, Box<dyn std::error::Error>> {
+        let mut sub = Subsystem {
+            allow_any_host: true,
+            ..Default::default()
+        };
+        sub.namespaces.insert(
+            Nsid::new(1)?,
+            Namespace {
+                device_path: "/dev/zvol/p/v".into(),
+                enabled: true,
+                ..Default::default()
+            },
+        );
+        let mut port = Port::tcp(address.parse()?);
+        port.subsystems.insert(nqn.clone());
+        let mut state = State::default();
+        state.subsystems.insert(nqn.clone(), sub);
+        state.ports.insert(PortId(1), port);
+        Ok(state)
+    }
+
+    #[test]
+    fn the_port_is_read_whole_when_its_check_is_due() -> Result<(), Box<dyn std::error::Error>> {
+        // A plain folder stands in for configfs: port 1 at 127.0.0.1:4420.
+        let dir = tempfile::tempdir()?;
+        let port = dir.path().join("ports/1");
+        fs::create_dir_all(port.join("subsystems"))?;
+        for (attr, value) in [
+            ("addr_trtype", "tcp"),
+            ("addr_traddr", "127.0.0.1"),
+            ("addr_trsvcid", "4420"),
+        ] {
+            fs::write(port.join(attr), format!("{value}\n"))?;
+        }
+        let target = Nvmet::with_tree(Tree::at(dir.path()));
+        let check = PortCheck::default();
+        let a = Nqn::new("nqn.2026-01.org.example:a")?;
+        let b = Nqn::new("nqn.2026-01.org.example:b")?;
+        let writes_port = |p: &SubsystemPlan| {
+            p.plan.steps.iter().any(
+                |s| matches!(s, configfs::Step::Write { path, .. } if path.starts_with("ports/")),
+            )
+        };
+
+        // First plan: the port is read whole and found where desired.
+        let first = target.plan_subsystem(&a, export(&a, "127.0.0.1:4420")?, |_| false, &check)?;
+        assert!(first.ports_read && !writes_port(&first));
+        // (A plain folder cannot run the plan: configfs makes a subsystem's
+        // inner folders itself.) It ran.
+        check.passed();
+
+        // The port moved behind the exporter's back: within the check's
+        // period the port is trusted (only b's link is planned) ...
+        fs::write(port.join("addr_trsvcid"), "4421\n")?;
+        let trusted =
+            target.plan_subsystem(&b, export(&b, "127.0.0.1:4420")?, |_| false, &check)?;
+        assert!(!trusted.ports_read && !writes_port(&trusted));
+        assert!(trusted.plan.steps.contains(&configfs::Step::symlink(
+            format!("subsystems/{b}"),
+            format!("ports/1/subsystems/{b}")
+        )));
+        // ... and once the check is forgotten (as a failed run does), read
+        // whole again: the port is moved back, its link to a moving with it.
+        check.forget();
+        let read = target.plan_subsystem(&b, export(&b, "127.0.0.1:4420")?, |_| true, &check)?;
+        assert!(read.ports_read && writes_port(&read));
+        Ok(())
+    }
+}
