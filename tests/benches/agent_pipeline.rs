@@ -327,8 +327,7 @@ async fn main() -> Result<()> {
     };
     run("udevadm", &["settle"])?;
     let floor_stages = Stages::starting();
-    let (floor_concurrent, _) =
-        threads_at_once(PIPELINE, |i| floor_one("fc", i, &floor_stages))?;
+    let (floor_concurrent, _) = threads_at_once(PIPELINE, |i| floor_one("fc", i, &floor_stages))?;
     run("udevadm", &["settle"])?;
     let start = Instant::now();
     for i in 0..PIPELINE {
@@ -388,10 +387,7 @@ async fn main() -> Result<()> {
         floor_stages.line(["lzc_create", "device node", "configfs"]),
         txgs(&zfs, &dataset, "fc")?
     );
-    println!(
-        "  at once, peers: {} txgs",
-        txgs(&zfs, &dataset, "pc")?
-    );
+    println!("  at once, peers: {} txgs", txgs(&zfs, &dataset, "pc")?);
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     let at_once = ratio(peers_concurrent, concurrent);
     println!(
