@@ -24,7 +24,6 @@
 use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Step, Subsystem, Teardown};
 use pillar_csi_lab::{bench, block::wait_for, run, Lab, Result};
 use std::{
-    collections::BTreeSet,
     fmt::Write as _,
     path::Path,
     time::{Duration, Instant},
@@ -424,27 +423,13 @@ impl bench::Exports for Exports<'_> {
     }
 
     /// As the agent per ExportVolume (its calls into this crate,
-    /// agent/src/export/nvmeof.rs): the hosts the subsystem allows now, the
-    /// port read back to see whether it must move, the apply that cuts off
-    /// hosts losing access, and the allowed hosts again (to remove host
-    /// objects nothing allows any more; none here).
+    /// agent/src/export/nvmeof.rs): one plan from one read, which moves the
+    /// port when it must and cuts off hosts losing access, then its steps.
     fn export(&self, set: &str, k: usize) -> Result<()> {
         let name = Self::name(set, k)?;
-        let allowed = format!("subsystems/{name}/allowed_hosts");
-        self.target.tree().children(&allowed)?;
         let desired = export_state(&name, self.device)?;
-        let port = desired.ports.get(&PORT).ok_or("no port")?;
-        let mut probe = State::default();
-        probe.ports.insert(
-            PORT,
-            Port {
-                subsystems: BTreeSet::new(),
-                ..port.clone()
-            },
-        );
-        self.target.read_scoped(&probe)?;
-        self.target.apply_revoking(&desired)?;
-        self.target.tree().children(&allowed)?;
+        let planned = self.target.plan_subsystem(&name, desired, |_| false)?;
+        self.target.tree().run(&planned.plan.steps)?;
         Ok(())
     }
 

@@ -54,7 +54,7 @@ pub use error::Error;
 pub use model::{Namespace, Port, State, Subsystem, Teardown, Transport};
 pub use names::{InvalidName, Nqn, Nsid, PortId, NQN_MAX_LEN};
 pub use plan::{plan_apply, plan_teardown};
-pub use revoke::{narrows_access, plan_apply_revoking, RevokingPlan};
+pub use revoke::{narrows_access, plan_apply_revoking, RevokingPlan, SubsystemPlan};
 
 use configfs::Tree;
 use std::path::PathBuf;

@@ -147,7 +147,55 @@ impl Nvmet {
     /// not run (a caller may look at what it touches first, then run its
     /// steps with [`configfs::Tree::run`]).
     pub fn plan_revoking(&self, desired: &State) -> Result<RevokingPlan, Error> {
-        let mut present = self.read_scoped(desired)?;
+        self.plan_revoking_from(self.read_scoped(desired)?, desired)
+    }
+
+    /// [`Nvmet::plan_revoking`] for one subsystem, `nqn`, from one read of
+    /// what it touches, with the hosts the subsystem allowed before. A port
+    /// of `desired` present at another address moves: its present links
+    /// that `moves_with_port` accepts are kept in the desired state (they
+    /// move with it), and any other link makes the plan refuse the move.
+    pub fn plan_subsystem(
+        &self,
+        nqn: &Nqn,
+        mut desired: State,
+        moves_with_port: impl Fn(&Nqn) -> bool,
+    ) -> Result<SubsystemPlan, Error> {
+        let mut present = self.read_scoped(&desired)?;
+        let mut moved = false;
+        for (id, want) in &mut desired.ports {
+            let Some(have) = present.ports.get(id) else {
+                continue;
+            };
+            if have.transport != want.transport || have.address != want.address {
+                let moving = have.subsystems.iter().filter(|n| moves_with_port(n));
+                want.subsystems.extend(moving.cloned());
+                moved = true;
+            }
+        }
+        if moved {
+            // The subsystems moving with the port are read too.
+            present = self.read_scoped(&desired)?;
+        }
+        let allowed_before = present
+            .subsystems
+            .get(nqn)
+            .map(|s| s.allowed_hosts.clone())
+            .unwrap_or_default();
+        Ok(SubsystemPlan {
+            plan: self.plan_revoking_from(present, &desired)?,
+            allowed_before,
+        })
+    }
+
+    /// The revoking plan from `present` as [`Nvmet::read_scoped`] read it
+    /// for `desired`, with the other ports linking a narrowed subsystem
+    /// read in.
+    fn plan_revoking_from(
+        &self,
+        mut present: State,
+        desired: &State,
+    ) -> Result<RevokingPlan, Error> {
         let narrowed = narrowed(&present, desired);
         if !narrowed.is_empty() {
             // Ports `desired` does not name may link the subsystem too.
@@ -170,6 +218,16 @@ impl Nvmet {
         }
         plan_apply_revoking(&present, desired)
     }
+}
+
+/// A plan of [`Nvmet::plan_subsystem`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubsystemPlan {
+    /// What to run.
+    pub plan: RevokingPlan,
+    /// The hosts the subsystem allowed when it was read (none when it did
+    /// not exist).
+    pub allowed_before: BTreeSet<Nqn>,
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! slower than a real machine, so every figure is a ratio between two ways
 //! of doing the same work in the same run:
 //!
-//! 1. single operations (create thick, create sparse, destroy, volsize),
+//! 1. single operations (create thick, create sparse, destroy, volsize,
+//!    the GUID an identity check reads),
 //!    each against its floor, the bare libzfs_core call or ioctl through
 //!    [`sys::zfs::floor`] (goal: at most 1.15x), and against the CLI run one
 //!    at a time (reported as it comes);
@@ -57,6 +58,22 @@ fn cli_destroy(ds: &str) -> Result<()> {
 }
 
 /// The three ways, each timed over the same number of operations.
+/// A read of one volume: its size, or its GUID alone.
+#[derive(Clone, Copy)]
+enum Read {
+    Volsize,
+    Guid,
+}
+
+impl Read {
+    fn property(self) -> &'static str {
+        match self {
+            Read::Volsize => "volsize",
+            Read::Guid => "guid",
+        }
+    }
+}
+
 #[derive(Default)]
 struct Three {
     ours: Duration,
@@ -205,9 +222,16 @@ impl Bench {
         Ok((create, destroy))
     }
 
-    /// volsize of N volumes read in alternating blocks.
-    fn volsize(&self) -> Result<Three> {
-        let names: Vec<DatasetName> = (0..N).map(|i| self.name("vs", i)).collect::<Result<_>>()?;
+    /// `read` of N volumes in alternating blocks: ours, the bare ioctl and
+    /// `zfs get`.
+    fn read(&self, read: Read) -> Result<Three> {
+        let prefix = match read {
+            Read::Volsize => "vs",
+            Read::Guid => "vg",
+        };
+        let names: Vec<DatasetName> = (0..N)
+            .map(|i| self.name(prefix, i))
+            .collect::<Result<_>>()?;
         for n in &names {
             let mut s = ZvolSpec::new(n.clone(), SIZE);
             s.provisioning = Provisioning::Sparse;
@@ -226,10 +250,18 @@ impl Bench {
                     &mut || {
                         for n in block {
                             timed(&mut three.ours, || {
-                                let size = self.zfs.volsize(n)?;
-                                (size == SIZE)
-                                    .then_some(())
-                                    .ok_or_else(|| format!("{n}: volsize {size}").into())
+                                match read {
+                                    Read::Volsize => {
+                                        let size = self.zfs.volsize(n)?;
+                                        if size != SIZE {
+                                            return Err(format!("{n}: volsize {size}").into());
+                                        }
+                                    }
+                                    Read::Guid => {
+                                        self.zfs.volume_guid(n)?;
+                                    }
+                                }
+                                Ok(())
                             })?;
                         }
                         Ok(())
@@ -237,10 +269,15 @@ impl Bench {
                     &mut || {
                         for n in block {
                             timed(&mut three.floor, || {
-                                self.bare
-                                    .stats(n.as_str(), &mut buffer)
-                                    .map(drop)
-                                    .map_err(Into::into)
+                                match read {
+                                    Read::Volsize => {
+                                        self.bare.stats(n.as_str(), &mut buffer)?;
+                                    }
+                                    Read::Guid => {
+                                        self.bare.fast_stats(n.as_str())?;
+                                    }
+                                }
+                                Ok(())
                             })?;
                         }
                         Ok(())
@@ -250,11 +287,10 @@ impl Bench {
                             timed(&mut three.cli, || {
                                 let out = run(
                                     "zfs",
-                                    &["get", "-Hp", "-o", "value", "volsize", n.as_str()],
+                                    &["get", "-Hp", "-o", "value", read.property(), n.as_str()],
                                 )?;
-                                (out.trim().parse::<u64>()? == SIZE)
-                                    .then_some(())
-                                    .ok_or_else(|| format!("{n}: zfs get said {out}").into())
+                                out.trim().parse::<u64>()?;
+                                Ok(())
                             })?;
                         }
                         Ok(())
@@ -391,10 +427,16 @@ fn main() -> Result<()> {
             }
         }
     }
-    let volsize = bench.volsize()?;
-    volsize.print("volsize");
-    if !volsize.floor().met() {
-        missed.push(format!("volsize {:.2}x the floor", volsize.floor().ratio()));
+    for read in [Read::Volsize, Read::Guid] {
+        let three = bench.read(read)?;
+        three.print(read.property());
+        if !three.floor().met() {
+            missed.push(format!(
+                "{} {:.2}x the floor",
+                read.property(),
+                three.floor().ratio()
+            ));
+        }
     }
     if let Err(e) = bench.at_once() {
         missed.push(e.to_string());

@@ -114,6 +114,8 @@ fn zfs_lab_thick_zvol_with_typed_properties_matches_the_cli() -> Result<()> {
         (stats.volsize, stats.guid),
         (96 * MIB, zget_u64(d, "guid")?)
     );
+    // The identity read without the property list says the same GUID.
+    assert_eq!(zfs.volume_guid(&ds)?, zget_u64(d, "guid")?);
     assert_eq!(zfs.dataset_type(&ds)?, DatasetType::Volume);
     for p in [
         "compression",
@@ -313,6 +315,11 @@ fn zfs_lab_list_zvols_exactly_one_level_below_a_parent() -> Result<()> {
     ));
     assert!(matches!(
         zfs.volume_stats(&DatasetName::new(&format!("{parent}/missing"))?),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(zfs.volume_guid(&fs), Err(Error::WrongType { .. })));
+    assert!(matches!(
+        zfs.volume_guid(&DatasetName::new(&format!("{parent}/missing"))?),
         Err(Error::NotFound { .. })
     ));
 

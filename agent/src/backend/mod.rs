@@ -77,6 +77,11 @@ pub trait Backend: Send + Sync {
     ) -> Result<(BackendRecord, VolumeState), AgentError>;
     /// The volume's state, `None` when it does not exist.
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError>;
+    /// The volume's device node, `None` when the volume does not exist:
+    /// [`Backend::lookup`] without what an export does not need.
+    fn device(&self, at: &BackendRecord) -> Result<Option<PathBuf>, AgentError> {
+        Ok(self.lookup(at)?.map(|state| state.device_path))
+    }
     /// Destroys the volume, never recursively; a missing volume is success.
     fn destroy(&self, at: &BackendRecord) -> Result<(), AgentError>;
     /// Grows the volume to at least `bytes`; returns the new size. Never shrinks.

@@ -6,7 +6,7 @@ use crate::{
     marks::BackendRecord,
     volume::VolumeId,
 };
-use std::{sync::Arc, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 use sys::zfs::{DatasetName, DatasetType, Provisioning, SnapshotName, VolumeStats, Zfs, ZvolSpec};
 
 /// How long a new zvol's device node may take to appear (udev is slow when
@@ -79,18 +79,36 @@ impl ZfsBackend {
             Err(sys::zfs::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
+        Self::check_pin(name, at, stats.guid)?;
+        Ok(Some(stats))
+    }
+
+    /// [`Self::identified`] without the size: the GUID of the zvol now at
+    /// `name`, from the statistics ioctl without its property list.
+    fn identity(&self, name: &DatasetName, at: &BackendRecord) -> Result<Option<u64>, AgentError> {
+        let guid = match self.zfs.volume_guid(name) {
+            Ok(guid) => guid,
+            Err(sys::zfs::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Self::check_pin(name, at, guid)?;
+        Ok(Some(guid))
+    }
+
+    /// Refuses a zvol whose GUID is not the one `at` pinned.
+    fn check_pin(name: &DatasetName, at: &BackendRecord, guid: u64) -> Result<(), AgentError> {
         if let BackendRecord::Zvol {
             guid: Some(pinned), ..
         } = at
         {
-            let found = stats.guid.to_string();
+            let found = guid.to_string();
             if &found != pinned {
                 return Err(AgentError::FailedPrecondition(format!(
                     "identity: zvol {name} has GUID {found}, not the pinned {pinned}; it was renamed or re-created"
                 )));
             }
         }
-        Ok(Some(stats))
+        Ok(())
     }
 
     /// The volume's size and, when `wait`, its device node once udev made it.
@@ -170,7 +188,12 @@ impl Backend for ZfsBackend {
             }
         }
         spec.size = round_up(bytes, spec.volblocksize.unwrap_or(DEFAULT_VOLBLOCKSIZE));
-        if let Some(stats) = self.identified(&name, at)? {
+        if self.identity(&name, at)?.is_some() {
+            let stats = self
+                .identified(&name, at)?
+                .ok_or_else(|| sys::zfs::Error::NotFound {
+                    dataset: name.to_string(),
+                })?;
             let existing = self.state(&name, stats, true)?;
             if existing.capacity_bytes < spec.size {
                 return Err(AgentError::AlreadyExists(format!(
@@ -181,7 +204,11 @@ impl Backend for ZfsBackend {
             return Ok((Self::record(&name, stats), existing));
         }
         self.zfs.create_zvol(&spec)?;
-        let stats = self.zfs.volume_stats(&name)?;
+        // The size is the one just made; only the new GUID is read.
+        let stats = VolumeStats {
+            volsize: spec.size,
+            guid: self.zfs.volume_guid(&name)?,
+        };
         let record = Self::record(&name, stats);
         // Wait for the device node, but a slow udev never turns a created
         // volume into a failed create: export waits for the node again.
@@ -203,9 +230,17 @@ impl Backend for ZfsBackend {
         self.state(&name, stats, true).map(Some)
     }
 
+    fn device(&self, at: &BackendRecord) -> Result<Option<PathBuf>, AgentError> {
+        let name = Self::dataset(at)?;
+        if self.identity(&name, at)?.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(self.zfs.wait_device(&name, DEVICE_TIMEOUT)?))
+    }
+
     fn destroy(&self, at: &BackendRecord) -> Result<(), AgentError> {
         let name = Self::dataset(at)?;
-        if self.identified(&name, at)?.is_none() {
+        if self.identity(&name, at)?.is_none() {
             return Ok(());
         }
         Ok(self.zfs.destroy(&name)?)

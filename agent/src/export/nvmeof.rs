@@ -1,7 +1,7 @@
 //! NVMe/TCP exports through the kernel nvmet target.
 use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
-use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, Teardown};
+use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Subsystem, SubsystemPlan, Teardown};
 use std::{collections::BTreeSet, path::Path, sync::RwLock};
 use tracing::info;
 
@@ -44,31 +44,6 @@ impl NvmetExporter {
             "{NQN_PREFIX}{}",
             volume.target_suffix()
         ))?)
-    }
-
-    /// When the port must move (it is half-made from a failed start, or the
-    /// agent now listens elsewhere), the subsystems of this agent linked to
-    /// it, so they move with it. Another tool's subsystem on the port makes
-    /// the plan refuse the move instead of cutting its hosts off.
-    fn own_links_if_moving(&self, want: &Port) -> Result<Vec<Nqn>, AgentError> {
-        let mut probe = State::default();
-        probe.ports.insert(
-            self.port,
-            Port {
-                subsystems: Default::default(),
-                ..want.clone()
-            },
-        );
-        let present = self.target.read_scoped(&probe)?;
-        Ok(match present.ports.get(&self.port) {
-            Some(p) if p.transport != want.transport || p.address != want.address => p
-                .subsystems
-                .iter()
-                .filter(|n| n.as_str().starts_with(NQN_PREFIX))
-                .cloned()
-                .collect(),
-            _ => Vec::new(),
-        })
     }
 
     /// The hosts subsystem `nqn` allows now, as configfs lists them.
@@ -127,42 +102,36 @@ impl NvmetExporter {
     }
 
     /// Applies `desired` (subsystem `nqn` on this exporter's port), cutting
-    /// off hosts that lose access. The plan is made beside other changes;
-    /// when it touches only `nqn`'s own objects it runs there, else it is
-    /// made again and run alone. Returns the plan run and the hosts the
-    /// subsystem allowed before.
-    fn apply_subsystem(
-        &self,
-        nqn: &Nqn,
-        desired: State,
-        port: Port,
-    ) -> Result<(nvmet::RevokingPlan, BTreeSet<Nqn>), AgentError> {
-        // The desired state with the port's links to this agent's other
-        // subsystems when the port moves, and the hosts allowed before.
-        let read = || -> Result<(State, BTreeSet<Nqn>), AgentError> {
-            let mut port = port.clone();
-            port.subsystems.extend(self.own_links_if_moving(&port)?);
-            let mut desired = desired.clone();
-            desired.ports.insert(self.port, port);
-            Ok((desired, self.allowed_hosts(nqn)?))
+    /// off hosts that lose access; when the port must move (it is
+    /// half-made from a failed start, or the agent now listens elsewhere),
+    /// this agent's subsystems linked to it move with it, and another
+    /// tool's makes the plan refuse instead of cutting its hosts off. The
+    /// plan is made from one read beside other changes; when it touches
+    /// only `nqn`'s own objects it runs there, else it is made again and
+    /// run alone.
+    fn apply_subsystem(&self, nqn: &Nqn, desired: &State) -> Result<SubsystemPlan, AgentError> {
+        let plan = || {
+            let own = |n: &Nqn| n.as_str().starts_with(NQN_PREFIX);
+            self.target.plan_subsystem(nqn, desired.clone(), own)
+        };
+        let run = |planned: &SubsystemPlan| -> Result<(), AgentError> {
+            let tree = self.target.tree();
+            Ok(tree.run(&planned.plan.steps).map_err(nvmet::Error::from)?)
         };
         let shared = self.beside_others(|| {
-            let (desired, before) = read()?;
-            let plan = self.target.plan_revoking(&desired)?;
-            if !plan.only_subsystem(nqn) {
+            let planned = plan()?;
+            if !planned.plan.only_subsystem(nqn) {
                 return Ok(None);
             }
-            self.target
-                .tree()
-                .run(&plan.steps)
-                .map_err(nvmet::Error::from)?;
-            Ok(Some((plan, before)))
+            run(&planned)?;
+            Ok(Some(planned))
         })?;
         match shared {
-            Some(done) => Ok(done),
+            Some(planned) => Ok(planned),
             None => self.alone(|| {
-                let (desired, before) = read()?;
-                Ok((self.target.apply_revoking(&desired)?, before))
+                let planned = plan()?;
+                run(&planned)?;
+                Ok(planned)
             }),
         }
     }
@@ -186,7 +155,7 @@ impl Exporter for NvmetExporter {
         record: &ExportRecord,
     ) -> Result<ExportInfo, AgentError> {
         let nqn = Self::nqn(volume)?;
-        let hosts = if record.acl {
+        let hosts: BTreeSet<Nqn> = if record.acl {
             record
                 .allowed_initiators
                 .iter()
@@ -199,7 +168,7 @@ impl Exporter for NvmetExporter {
         };
         let mut sub = Subsystem {
             allow_any_host: !record.acl,
-            allowed_hosts: hosts,
+            allowed_hosts: hosts.clone(),
             ..Default::default()
         };
         sub.namespaces.insert(
@@ -217,12 +186,16 @@ impl Exporter for NvmetExporter {
         port.subsystems.insert(nqn.clone());
         let mut desired = State::default();
         desired.subsystems.insert(nqn.clone(), sub);
+        desired.ports.insert(self.port, port);
         // Hosts that lose access are cut off before this returns: the
         // subsystem is unlinked from its port (the kernel deletes its
-        // controllers there), its ACL changed, and linked back.
-        let (plan, before) = self.apply_subsystem(&nqn, desired, port)?;
-        let now = self.beside_others(|| self.allowed_hosts(&nqn))?;
-        let dropped: BTreeSet<Nqn> = before.difference(&now).cloned().collect();
+        // controllers there), its ACL changed, and linked back. After the
+        // apply the subsystem allows exactly `hosts`.
+        let SubsystemPlan {
+            plan,
+            allowed_before,
+        } = self.apply_subsystem(&nqn, &desired)?;
+        let dropped: BTreeSet<Nqn> = allowed_before.difference(&hosts).cloned().collect();
         if !dropped.is_empty() {
             self.alone(|| self.remove_unused_hosts(dropped))?;
         }

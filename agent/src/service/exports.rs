@@ -2,14 +2,14 @@
 //! export steps other operations share.
 use super::{blocking, recorded, Agent};
 use crate::{
-    backend::{BackendKind, VolumeState},
+    backend::BackendKind,
     error::AgentError,
     export::{ExportInfo, Protocol},
     fence::{Call, Token},
     marks::{BackendRecord, ExportRecord, FenceMark},
     volume::{truncate, VolumeId},
 };
-use std::{sync::Arc, time::Instant};
+use std::{path::Path, sync::Arc, time::Instant};
 use tracing::{info, warn};
 
 /// The longest initiator name accepted (an NQN's limit).
@@ -72,11 +72,11 @@ impl Agent {
         &self,
         id: &VolumeId,
         protocol: Protocol,
-        device: &VolumeState,
+        device: &Path,
         record: &ExportRecord,
     ) -> Result<ExportInfo, AgentError> {
         let exporter = self.exporter(protocol)?;
-        let (vid, dev, rec) = (id.clone(), device.device_path.clone(), record.clone());
+        let (vid, dev, rec) = (id.clone(), device.to_path_buf(), record.clone());
         let info = blocking(move || exporter.export(&vid, &dev, &rec)).await?;
         crate::crash::point("export-applied");
         Ok(info)
@@ -89,7 +89,7 @@ impl Agent {
         &self,
         id: &VolumeId,
         protocol: Protocol,
-        device: &VolumeState,
+        device: &Path,
         record: &ExportRecord,
         previous: Option<&ExportRecord>,
     ) -> Result<ExportInfo, AgentError> {
@@ -136,7 +136,7 @@ impl Agent {
         if mark.exports.is_empty() {
             return Ok(0);
         }
-        let device = self.device_of(id, location).await?;
+        let device = self.device_path_of(id, location).await?;
         let mut applied = 0;
         for (name, record) in &mark.exports {
             let protocol = Protocol::parse(name).ok_or_else(|| {
@@ -178,7 +178,7 @@ impl Agent {
         let started = Instant::now();
         let mut txn = self.begin(&id, token.as_ref(), Call::Other).await?;
         let location = recorded(&id, &txn.mark)?;
-        let device = self.device_of(&id, &location).await?;
+        let device = self.device_path_of(&id, &location).await?;
         let previous = txn.mark.exports.get(protocol.as_str()).cloned();
         let apply_started = Instant::now();
         let info = self
@@ -273,7 +273,7 @@ impl Agent {
         } else {
             record.allowed_initiators.remove(&initiator);
         }
-        let device = self.device_of(&id, &location).await?;
+        let device = self.device_path_of(&id, &location).await?;
         let apply_started = Instant::now();
         self.apply_or_undo(&id, protocol, &device, &record, Some(&previous))
             .await?;

@@ -25,7 +25,7 @@ use crate::{
     marks::{AdoptedSource, BackendRecord, FenceMark, MarkStore},
     volume::{truncate, VolumeId},
 };
-use std::{collections::BTreeMap, sync::Arc};
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc};
 use tracing::warn;
 
 mod adoption;
@@ -218,6 +218,19 @@ impl Agent {
         let backend = self.backend_of(record, id)?;
         let r = record.clone();
         blocking(move || backend.lookup(&r)).await?.ok_or_else(|| {
+            AgentError::NotFound(format!("volume {id} does not exist in its backend"))
+        })
+    }
+
+    /// The device node of the volume at `record`, for an export.
+    async fn device_path_of(
+        &self,
+        id: &VolumeId,
+        record: &BackendRecord,
+    ) -> Result<PathBuf, AgentError> {
+        let backend = self.backend_of(record, id)?;
+        let r = record.clone();
+        blocking(move || backend.device(&r)).await?.ok_or_else(|| {
             AgentError::NotFound(format!("volume {id} does not exist in its backend"))
         })
     }

@@ -58,7 +58,7 @@ impl Agent {
                 // A volume already there that this agent did not create is
                 // not taken over by a create: that is what import is for.
                 let (b, probe) = (backend.clone(), at.clone());
-                if blocking(move || b.lookup(&probe)).await?.is_some() {
+                if blocking(move || b.device(&probe)).await?.is_some() {
                     return Err(AgentError::AlreadyExists(format!(
                         "volume {id}: {at} already exists and was not created by this agent; import it instead"
                     )));
@@ -87,7 +87,7 @@ impl Agent {
                     // (a report after lvcreate, say) keeps it recorded, so
                     // a retry finishes it instead of calling it foreign.
                     let (b, probe) = (backend.clone(), at.clone());
-                    match blocking(move || b.lookup(&probe)).await {
+                    match blocking(move || b.device(&probe)).await {
                         Ok(None) => txn.restore(before).await?,
                         Ok(Some(_)) => {
                             warn!(volume = %id, error = %e, "create failed after the volume appeared; its intent stays recorded")

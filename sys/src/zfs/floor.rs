@@ -58,4 +58,12 @@ impl BareCalls {
     pub fn stats(&self, dataset: &str, buffer: &mut Vec<u8>) -> io::Result<usize> {
         self.lzc.stats_packed(&name(dataset)?, buffer).map_err(os)
     }
+
+    /// The statistics ioctl without a property list; the GUID it reports.
+    pub fn fast_stats(&self, dataset: &str) -> io::Result<u64> {
+        self.lzc
+            .fast_stats(&name(dataset)?)
+            .map(|s| s.guid)
+            .map_err(os)
+    }
 }

@@ -18,10 +18,12 @@ const OBJSET_STATS: rustix::ioctl::Opcode = z::ZFS_IOC_OBJSET_STATS as rustix::i
 const STATS_BUFFER: usize = 16 << 10;
 
 /// The kernel's `zfs_cmd_t` (include/sys/zfs_ioctl.h, a header libzfs's
-/// development files do not install): its first fields, which the
-/// statistics ioctl uses and which have kept their place since ZFS on
-/// Linux 0.6, then zeroes up to a size well above the whole structure
-/// (about 13.7 KiB in OpenZFS 2.3), which the kernel copies in and out.
+/// development files do not install): the fields the statistics ioctl
+/// uses, in the places they have kept on Linux since ZFS on Linux 0.7, then
+/// zeroes up to a size well above the whole structure (about 13.7 KiB in
+/// OpenZFS 2.3), which the kernel copies in and out. [`Lzc::fast_stats`]
+/// checks the place of `zc_objset_stats` against the property list once
+/// per process (see `Zfs::volume_identity`).
 #[repr(C)]
 struct ZfsCmd {
     name: [u8; 4096],
@@ -30,7 +32,81 @@ struct ZfsCmd {
     nvlist_dst: u64,
     nvlist_dst_size: u64,
     nvlist_dst_filled: u32,
-    rest: [u8; (32 << 10) - 4136],
+    pad2: u32,
+    /// `zc_history`, `zc_value[MAXPATHLEN * 2]`, `zc_string[MAXNAMELEN]`,
+    /// ten `uint64_t` (`zc_guid` to `zc_iflags`) and `zfs_share_t` (four).
+    legacy: [u8; LEGACY],
+    objset_stats: ObjsetStats,
+    rest: [u8; (32 << 10) - STATS_AT - std::mem::size_of::<ObjsetStats>()],
+}
+
+/// The bytes between `zc_pad2` and `zc_objset_stats`.
+const LEGACY: usize = 8 + 8192 + 256 + 10 * 8 + 4 * 8;
+/// Where `zc_objset_stats` starts.
+const STATS_AT: usize = 4136 + LEGACY;
+
+const _: () = assert!(std::mem::offset_of!(ZfsCmd, objset_stats) == STATS_AT);
+const _: () = assert!(STATS_AT == 12704);
+
+/// The head of the kernel's `dmu_objset_stats_t` (its origin name follows,
+/// in [`ZfsCmd::rest`]).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ObjsetStats {
+    num_clones: u64,
+    creation_txg: u64,
+    guid: u64,
+    kind: u32,
+    is_snapshot: u8,
+    inconsistent: u8,
+    redacted: u8,
+    pad: u8,
+}
+
+/// The kernel's `DMU_OST_ZVOL`.
+const OBJSET_ZVOL: u32 = 3;
+
+/// What the statistics ioctl reports of a dataset without its property
+/// list: no property is gathered or packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FastStats {
+    /// The dataset's GUID.
+    pub guid: u64,
+    /// Whether it is a volume.
+    pub zvol: bool,
+}
+
+impl ZfsCmd {
+    /// A command naming `name`, every other field zero.
+    fn named(name: &CStr) -> Result<Box<Self>, c_int> {
+        let bytes = name.to_bytes_with_nul();
+        let mut cmd = Box::new(ZfsCmd {
+            name: [0; 4096],
+            nvlist_src: 0,
+            nvlist_src_size: 0,
+            nvlist_dst: 0,
+            nvlist_dst_size: 0,
+            nvlist_dst_filled: 0,
+            pad2: 0,
+            legacy: [0; LEGACY],
+            objset_stats: ObjsetStats {
+                num_clones: 0,
+                creation_txg: 0,
+                guid: 0,
+                kind: 0,
+                is_snapshot: 0,
+                inconsistent: 0,
+                redacted: 0,
+                pad: 0,
+            },
+            rest: [0; (32 << 10) - STATS_AT - std::mem::size_of::<ObjsetStats>()],
+        });
+        if bytes.len() > cmd.name.len() {
+            return Err(ENAMETOOLONG);
+        }
+        cmd.name[..bytes.len()].copy_from_slice(bytes);
+        Ok(cmd)
+    }
 }
 
 impl Lzc {
@@ -58,35 +134,14 @@ impl Lzc {
     /// list's length. The kernel work under every property read, with
     /// nothing unpacked.
     pub fn stats_packed(&self, name: &CStr, buffer: &mut Vec<u8>) -> Result<usize, c_int> {
-        let bytes = name.to_bytes_with_nul();
-        let mut cmd = Box::new(ZfsCmd {
-            name: [0; 4096],
-            nvlist_src: 0,
-            nvlist_src_size: 0,
-            nvlist_dst: 0,
-            nvlist_dst_size: 0,
-            nvlist_dst_filled: 0,
-            rest: [0; (32 << 10) - 4136],
-        });
-        if bytes.len() > cmd.name.len() {
-            return Err(ENAMETOOLONG);
-        }
-        cmd.name[..bytes.len()].copy_from_slice(bytes);
+        let mut cmd = ZfsCmd::named(name)?;
         if buffer.len() < STATS_BUFFER {
             buffer.resize(STATS_BUFFER, 0);
         }
         loop {
             cmd.nvlist_dst = buffer.as_mut_ptr() as u64;
             cmd.nvlist_dst_size = buffer.len() as u64;
-            // SAFETY: `cmd` is larger than the kernel's zfs_cmd_t and laid
-            // out as its first fields; the destination is `buffer`, live
-            // and writable for the length given, and outlives the call.
-            let rc = unsafe {
-                rustix::ioctl::ioctl(
-                    &self.dev,
-                    rustix::ioctl::Updater::<OBJSET_STATS, ZfsCmd>::new(&mut cmd),
-                )
-            };
+            let rc = self.objset_stats(&mut cmd);
             match rc {
                 Ok(()) => return Ok(cmd.nvlist_dst_size as usize),
                 // The kernel wrote the size it needs.
@@ -98,6 +153,32 @@ impl Lzc {
                 }
                 Err(e) => return Err(e.raw_os_error()),
             }
+        }
+    }
+
+    /// The statistics ioctl without a property list: the kernel fills in
+    /// only the dataset's fast statistics (`dmu_objset_fast_stat`).
+    pub fn fast_stats(&self, name: &CStr) -> Result<FastStats, c_int> {
+        let mut cmd = ZfsCmd::named(name)?;
+        self.objset_stats(&mut cmd).map_err(|e| e.raw_os_error())?;
+        Ok(FastStats {
+            guid: cmd.objset_stats.guid,
+            zvol: cmd.objset_stats.kind == OBJSET_ZVOL,
+        })
+    }
+
+    /// `ZFS_IOC_OBJSET_STATS` on `cmd`; a property list is copied out only
+    /// where `cmd.nvlist_dst` points at a buffer.
+    fn objset_stats(&self, cmd: &mut ZfsCmd) -> rustix::io::Result<()> {
+        // SAFETY: `cmd` is larger than the kernel's zfs_cmd_t and laid out
+        // as its first fields; `nvlist_dst` is either 0 (no list) or the
+        // caller's buffer, live and writable for `nvlist_dst_size` bytes
+        // for the whole call.
+        unsafe {
+            rustix::ioctl::ioctl(
+                &self.dev,
+                rustix::ioctl::Updater::<OBJSET_STATS, ZfsCmd>::new(cmd),
+            )
         }
     }
 
