@@ -54,7 +54,48 @@ fn fence(i: usize) -> Option<pb::FenceToken> {
     })
 }
 
-async fn pipeline(mut client: Client, pool: String, name: String, i: usize) -> Result<()> {
+/// When the last of a run's pipelines finished each of its three steps,
+/// from the run's start: where the time of a run at once goes.
+#[derive(Default)]
+struct Stages {
+    start: Option<Instant>,
+    done: std::sync::Mutex<[Duration; 3]>,
+}
+
+impl Stages {
+    fn starting() -> Self {
+        Stages {
+            start: Some(Instant::now()),
+            ..Default::default()
+        }
+    }
+
+    /// Step `k` of one pipeline has just finished.
+    fn done(&self, k: usize) {
+        if let (Some(start), Ok(mut done)) = (self.start, self.done.lock()) {
+            done[k] = done[k].max(start.elapsed());
+        }
+    }
+
+    /// The three times, named.
+    fn line(&self, names: [&str; 3]) -> String {
+        let done = self.done.lock().map(|d| *d).unwrap_or_default();
+        let parts: Vec<_> = names
+            .iter()
+            .zip(done)
+            .map(|(n, d)| format!("{n} {:.0} ms", ms(d)))
+            .collect();
+        format!("last {}", parts.join(", "))
+    }
+}
+
+async fn pipeline(
+    mut client: Client,
+    pool: String,
+    name: String,
+    i: usize,
+    stages: std::sync::Arc<Stages>,
+) -> Result<()> {
     let volume_id = format!("{pool}/{name}");
     client
         .create_volume(pb::CreateVolumeRequest {
@@ -66,6 +107,7 @@ async fn pipeline(mut client: Client, pool: String, name: String, i: usize) -> R
             ..Default::default()
         })
         .await?;
+    stages.done(0);
     client
         .export_volume(pb::ExportVolumeRequest {
             volume_id: volume_id.clone(),
@@ -77,6 +119,7 @@ async fn pipeline(mut client: Client, pool: String, name: String, i: usize) -> R
             chap: None,
         })
         .await?;
+    stages.done(1);
     client
         .allow_initiator(pb::AllowInitiatorRequest {
             volume_id,
@@ -85,6 +128,7 @@ async fn pipeline(mut client: Client, pool: String, name: String, i: usize) -> R
             fence: fence(i),
         })
         .await?;
+    stages.done(2);
     Ok(())
 }
 
@@ -93,9 +137,16 @@ async fn pipeline(mut client: Client, pool: String, name: String, i: usize) -> R
 /// when udev dropped it, as it does with many zvols at once), and its
 /// NVMe/TCP export with the ACL written to configfs directly, no reads, no
 /// checks.
-fn floor_pipeline(bare: &BareCalls, zfs: &Zfs, dataset: &str, nqn: &str, port: u16) -> Result<()> {
+fn floor_pipeline(
+    bare: &BareCalls,
+    zfs: &Zfs,
+    (dataset, nqn, port): (&str, &str, u16),
+    stages: &Stages,
+) -> Result<()> {
     bare.create_zvol(dataset, SIZE, None)?;
+    stages.done(0);
     let device = zfs.wait_device(&DatasetName::new(dataset)?, Duration::from_secs(90))?;
+    stages.done(1);
     let device = device.display();
     let sub = format!("{NVMET}/subsystems/{nqn}");
     std::fs::create_dir(&sub)?;
@@ -112,7 +163,19 @@ fn floor_pipeline(bare: &BareCalls, zfs: &Zfs, dataset: &str, nqn: &str, port: u
     }
     std::os::unix::fs::symlink(&host, format!("{sub}/allowed_hosts/{HOST}"))?;
     std::os::unix::fs::symlink(&sub, format!("{NVMET}/ports/{port}/subsystems/{nqn}"))?;
+    stages.done(2);
     Ok(())
+}
+
+/// How many transaction groups created the zvols `{dataset}/{prefix}0..`
+/// of one run.
+fn txgs(zfs: &Zfs, dataset: &str, prefix: &str) -> Result<usize> {
+    let mut groups = std::collections::BTreeSet::new();
+    for i in 0..PIPELINE {
+        let name = DatasetName::new(&format!("{dataset}/{prefix}{i}"))?;
+        groups.insert(zfs.property(&name, "createtxg")?.unwrap_or_default());
+    }
+    Ok(groups.len())
 }
 
 /// The configfs writes of one NVMe/TCP export with an ACL, as a script would make them.
@@ -213,6 +276,7 @@ async fn main() -> Result<()> {
     // 1. The pipeline through the agent: all at once, then one at a time.
     let mut client = agent.client().await?;
     let start = Instant::now();
+    let agent_stages = std::sync::Arc::new(Stages::starting());
     let tasks: Vec<_> = (0..PIPELINE)
         .map(|i| {
             tokio::spawn(pipeline(
@@ -220,6 +284,7 @@ async fn main() -> Result<()> {
                 parent.pool.clone(),
                 format!("c{i}"),
                 i,
+                agent_stages.clone(),
             ))
         })
         .collect();
@@ -234,6 +299,7 @@ async fn main() -> Result<()> {
             parent.pool.clone(),
             format!("s{i}"),
             PIPELINE + i,
+            Default::default(),
         )
         .await?;
     }
@@ -247,21 +313,25 @@ async fn main() -> Result<()> {
     let bare = BareCalls::open()?;
     let zfs = Zfs::open()?;
     let dataset = parent.dataset();
-    let floor_one = |way: &str, i: usize| {
+    let floor_one = |way: &str, i: usize, stages: &Stages| {
         floor_pipeline(
             &bare,
             &zfs,
-            &format!("{dataset}/{way}{i}"),
-            &format!("nqn.2026-01.com.bhyoo.pillar-csi.bench:{way}{i}"),
-            41,
+            (
+                &format!("{dataset}/{way}{i}"),
+                &format!("nqn.2026-01.com.bhyoo.pillar-csi.bench:{way}{i}"),
+                41,
+            ),
+            stages,
         )
     };
     run("udevadm", &["settle"])?;
-    let (floor_concurrent, _) = threads_at_once(PIPELINE, |i| floor_one("fc", i))?;
+    let floor_stages = Stages::starting();
+    let (floor_concurrent, _) = threads_at_once(PIPELINE, |i| floor_one("fc", i, &floor_stages))?;
     run("udevadm", &["settle"])?;
     let start = Instant::now();
     for i in 0..PIPELINE {
-        floor_one("fs", i)?;
+        floor_one("fs", i, &Stages::default())?;
     }
     let floor_sequential = start.elapsed();
 
@@ -307,6 +377,17 @@ async fn main() -> Result<()> {
         peers_concurrent,
         peers_sequential,
     );
+    println!(
+        "  at once, agent: {}; {} txgs",
+        agent_stages.line(["CreateVolume", "ExportVolume", "AllowInitiator"]),
+        txgs(&zfs, &dataset, "c")?
+    );
+    println!(
+        "  at once, floor: {}; {} txgs",
+        floor_stages.line(["lzc_create", "device node", "configfs"]),
+        txgs(&zfs, &dataset, "fc")?
+    );
+    println!("  at once, peers: {} txgs", txgs(&zfs, &dataset, "pc")?);
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     let at_once = ratio(peers_concurrent, concurrent);
     println!(
@@ -349,6 +430,7 @@ async fn main() -> Result<()> {
                     parent.pool.clone(),
                     format!("r{i}"),
                     10_000 + i,
+                    Default::default(),
                 ))
             })
             .collect();
