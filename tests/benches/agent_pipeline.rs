@@ -26,13 +26,14 @@ use pillar_csi_lab::{
     agent::{AgentConfig, AgentProcess, Client, ZfsParent},
     bench::{
         bash, bash_command, conditions, empty_nvmet, ms, processes_at_once, rss_kib,
-        threads_at_once,
+        threads_at_once, write_restarting,
     },
     run, Lab, Result,
 };
 use pillar_csi_proto::agent::v1 as pb;
 use std::{
     fmt::Write as _,
+    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
@@ -155,7 +156,7 @@ fn floor_pipeline(
         format!("{sub}/namespaces/1/device_path"),
         device.to_string(),
     )?;
-    std::fs::write(format!("{sub}/namespaces/1/enable"), "1")?;
+    write_restarting(Path::new(&format!("{sub}/namespaces/1/enable")), "1")?;
     let host = format!("{NVMET}/hosts/{HOST}");
     match std::fs::create_dir(&host) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e.into()),
@@ -189,7 +190,12 @@ fn export_script(s: &mut String, nqn: &str, device: &str, port: u16) -> Result<(
         s,
         "echo -n {device} > {n}/subsystems/{nqn}/namespaces/1/device_path"
     )?;
-    writeln!(s, "echo 1 > {n}/subsystems/{nqn}/namespaces/1/enable")?;
+    // Again while the kernel answers ERESTARTSYS (a new zvol's first open
+    // waits for ZFS's namespace lock), for up to 10 s.
+    writeln!(
+        s,
+        "t=0; until echo 1 > {n}/subsystems/{nqn}/namespaces/1/enable; do t=$((t+1)); [ $t -lt 500 ] || exit 1; sleep 0.02; done"
+    )?;
     writeln!(s, "mkdir -p {n}/hosts/{HOST}")?;
     writeln!(
         s,

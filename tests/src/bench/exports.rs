@@ -18,7 +18,7 @@ pub fn bare(root: &Path, steps: &[Step]) -> Result<()> {
     for step in steps {
         match step {
             Step::Mkdir(p) => std::fs::create_dir(root.join(p))?,
-            Step::Write { path, value } => std::fs::write(root.join(path), value)?,
+            Step::Write { path, value } => write_restarting(&root.join(path), value)?,
             Step::Symlink { target, link } => {
                 std::os::unix::fs::symlink(root.join(target), root.join(link))?;
             }
@@ -28,6 +28,25 @@ pub fn bare(root: &Path, steps: &[Step]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Writes `value` to the configfs attribute `path`, again while the kernel
+/// answers ERESTARTSYS (nvmet's namespace enable does while a new zvol's
+/// first open cannot take ZFS's namespace lock), for up to 10 s.
+pub fn write_restarting(path: &Path, value: &str) -> Result<()> {
+    const ERESTARTSYS: i32 = 512;
+    let start = Instant::now();
+    loop {
+        match std::fs::write(path, value) {
+            Err(e) if e.raw_os_error() == Some(ERESTARTSYS) && start.elapsed() < RESTARTS_FOR => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
+/// How long [`write_restarting`] writes again.
+const RESTARTS_FOR: Duration = Duration::from_secs(10);
 
 /// `steps` under `root` as a shell script of one command per object
 /// (`mkdir`, `echo -n ... >`, `ln -s`, `rm`, `rmdir`), as hand-written
