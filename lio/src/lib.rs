@@ -182,7 +182,8 @@ impl Lio {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (present, scan) = read::read_scoped_scan(&self.tree, desired, Some(&self.listings))?;
+            let (present, scan) =
+                read::read_scoped_scan(&self.tree, desired, Some(&self.listings))?;
             let creates = desired
                 .storage_objects
                 .keys()

@@ -47,7 +47,12 @@ impl HbaListings {
         if let Some(kept) = listed.get(hba) {
             let same_count = kept.link_count == link_count
                 && link_count.checked_sub(2) == Some(kept.names.len() as u64);
-            if same_count && kept.names.iter().all(|n| core.exists(&format!("{hba}/{n}"))) {
+            if same_count
+                && kept
+                    .names
+                    .iter()
+                    .all(|n| core.exists(&format!("{hba}/{n}")))
+            {
                 return Ok(kept.names.clone());
             }
         }
@@ -97,7 +102,11 @@ mod tests {
         assert!(listings.children(&core, "iblock_0")?.is_empty());
         assert!(listings.children(&core, "iblock_9")?.is_empty());
         listings.keep_only(&BTreeSet::new());
-        assert!(listings.listed.lock().map_err(|e| e.to_string())?.is_empty());
+        assert!(listings
+            .listed
+            .lock()
+            .map_err(|e| e.to_string())?
+            .is_empty());
         Ok(())
     }
 }

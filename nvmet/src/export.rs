@@ -9,16 +9,21 @@
 //! be as desired, looking only at whether it links the subsystem.
 use crate::{
     error::Error,
-    model::State,
+    model::{State, Subsystem},
     names::Nqn,
+    plan::subsystem_dir,
     revoke::{link_path, RevokingPlan},
     Nvmet,
 };
+use configfs::Step;
 use std::{
     collections::BTreeSet,
     sync::Mutex,
     time::{Duration, Instant},
 };
+
+/// `mkdir` of an object that exists.
+const EEXIST: i32 = 17;
 
 /// When the ports of a [`Nvmet::plan_subsystem`] were last read whole and
 /// found as desired.
@@ -67,7 +72,8 @@ impl Nvmet {
     /// `moves_with_port` accepts are kept in the desired state (they move
     /// with it), and any other link makes the plan refuse the move. Else
     /// the ports are taken to be as desired, and only their links to `nqn`
-    /// are looked at.
+    /// are looked at; a subsystem not there yet then has its folder made
+    /// first, and nothing of it is read.
     pub fn plan_subsystem(
         &self,
         nqn: &Nqn,
@@ -79,17 +85,7 @@ impl Nvmet {
         let (present, desired) = if ports_read {
             self.read_moving_ports(desired, moves_with_port)?
         } else {
-            let mut present = self.read_scoped(&State {
-                ports: Default::default(),
-                ..desired.clone()
-            })?;
-            for (id, want) in &desired.ports {
-                let mut port = want.clone();
-                port.subsystems
-                    .retain(|n| self.tree().exists(&link_path(*id, n)));
-                present.ports.insert(*id, port);
-            }
-            (present, desired)
+            (self.read_trusting_ports(nqn, &desired)?, desired)
         };
         let allowed_before = present
             .subsystems
@@ -123,6 +119,48 @@ impl Nvmet {
                 Err(e.into())
             }
         }
+    }
+
+    /// The present state for `desired` with its ports taken to be as
+    /// desired, apart from their links to its subsystems.
+    ///
+    /// A subsystem `nqn` not there yet has its folder made here, the first
+    /// step of any plan that makes it: when that succeeds, nothing of it
+    /// can be present (the kernel makes it with no namespace, no allowed
+    /// host, `attr_allow_any_host` 0 and no port linking it), and only the
+    /// host objects it is to allow are looked at.
+    fn read_trusting_ports(&self, nqn: &Nqn, desired: &State) -> Result<State, Error> {
+        let made = match self.tree().run(&[Step::mkdir(subsystem_dir(nqn))]) {
+            Ok(()) => true,
+            Err(e) if e.errno() == Some(EEXIST) => false,
+            Err(e) => return Err(e.into()),
+        };
+        let mut present = if made {
+            let mut present = State::default();
+            present.subsystems.insert(nqn.clone(), Subsystem::default());
+            let hosts = desired
+                .hosts
+                .iter()
+                .chain(desired.subsystems.values().flat_map(|s| &s.allowed_hosts));
+            for host in hosts {
+                if self.tree().exists(&format!("hosts/{host}")) {
+                    present.hosts.insert(host.clone());
+                }
+            }
+            present
+        } else {
+            self.read_scoped(&State {
+                ports: Default::default(),
+                ..desired.clone()
+            })?
+        };
+        for (id, want) in &desired.ports {
+            let mut port = want.clone();
+            port.subsystems
+                .retain(|n| !(made && n == nqn) && self.tree().exists(&link_path(*id, n)));
+            present.ports.insert(*id, port);
+        }
+        Ok(present)
     }
 
     /// The present state for `desired` with its ports read whole, and

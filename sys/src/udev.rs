@@ -96,6 +96,18 @@ pub fn wait_for_node_nudging(
     }
 }
 
+/// What the monitor's thread calls with every event it reads, once
+/// [`watch`] set it.
+type Watcher = fn(&udev::Event);
+static WATCHERS: Mutex<Option<Watcher>> = Mutex::new(None);
+
+/// Has the process's udev monitor call `watcher` with every event it reads
+/// (it starts the monitor if none runs yet); a later call replaces it.
+pub(crate) fn watch(watcher: Watcher) {
+    *WATCHERS.lock().unwrap_or_else(|e| e.into_inner()) = Some(watcher);
+    let _ = Events::shared();
+}
+
 /// The process's one udev monitor on the `block` subsystem, read by one
 /// thread (`udev-events`, started on first use) that counts the events and
 /// wakes every waiter, which then looks at its own path. With a monitor per
@@ -151,7 +163,14 @@ impl Events {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return,
             }
-            let arrived = socket.iter().count() as u64;
+            let watchers = *WATCHERS.lock().unwrap_or_else(|e| e.into_inner());
+            let mut arrived = 0;
+            for event in socket.iter() {
+                arrived += 1;
+                if let Some(watcher) = watchers {
+                    watcher(&event);
+                }
+            }
             if arrived > 0 {
                 *self.count.lock().unwrap_or_else(|e| e.into_inner()) += arrived;
                 self.changed.notify_all();

@@ -209,11 +209,19 @@ fn export_script(s: &mut String, nqn: &str, device: &str, port: u16) -> Result<(
 }
 
 /// One peer's whole pipeline for one volume, as one `bash`: `zfs create
-/// -V`, a wait for the device node, the configfs writes.
+/// -V`, a wait for the device node (asking udev again when it lost it), the
+/// configfs writes.
 fn peer_command(dataset: &str, nqn: &str, port: u16) -> Result<Command> {
     let device = format!("/dev/zvol/{dataset}");
-    let mut s =
-        format!("set -e\nzfs create -s -V 1M {dataset}\nudevadm wait --timeout=60 {device}\n");
+    // udev loses some zvols' links when many appear at once: a peer that
+    // still has no link after 3 s waits for udev's queue to empty, and if
+    // the link is still missing, asks udev again for every zvol.
+    let mut s = format!(
+        "set -e\nzfs create -s -V 1M {dataset}\n\
+         udevadm wait --timeout=3 {device} || {{ udevadm settle --timeout=60; \
+         udevadm wait --timeout=1 {device} || udevadm trigger --action=change --subsystem-match=block --sysname-match='zd*'; \
+         udevadm wait --timeout=60 {device}; }}\n"
+    );
     export_script(&mut s, nqn, &device, port)?;
     Ok(bash_command(&s))
 }

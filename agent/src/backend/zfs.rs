@@ -188,22 +188,28 @@ impl Backend for ZfsBackend {
             }
         }
         spec.size = round_up(bytes, spec.volblocksize.unwrap_or(DEFAULT_VOLBLOCKSIZE));
-        if self.identity(&name, at)?.is_some() {
-            let stats = self
-                .identified(&name, at)?
-                .ok_or_else(|| sys::zfs::Error::NotFound {
-                    dataset: name.to_string(),
-                })?;
-            let existing = self.state(&name, stats, true)?;
-            if existing.capacity_bytes < spec.size {
-                return Err(AgentError::AlreadyExists(format!(
-                    "zvol {name} exists with {} bytes, less than the {} requested",
-                    existing.capacity_bytes, spec.size
-                )));
+        // The create itself tells whether the zvol is there already (the
+        // caller refused one this agent did not make): then it is returned
+        // when it is the pinned one and large enough.
+        match self.zfs.create_zvol(&spec) {
+            Ok(()) => {}
+            Err(sys::zfs::Error::AlreadyExists { .. }) => {
+                let stats =
+                    self.identified(&name, at)?
+                        .ok_or_else(|| sys::zfs::Error::NotFound {
+                            dataset: name.to_string(),
+                        })?;
+                let existing = self.state(&name, stats, true)?;
+                if existing.capacity_bytes < spec.size {
+                    return Err(AgentError::AlreadyExists(format!(
+                        "zvol {name} exists with {} bytes, less than the {} requested",
+                        existing.capacity_bytes, spec.size
+                    )));
+                }
+                return Ok((Self::record(&name, stats), existing));
             }
-            return Ok((Self::record(&name, stats), existing));
+            Err(e) => return Err(e.into()),
         }
-        self.zfs.create_zvol(&spec)?;
         // The size is the one just made; only the new GUID is read.
         let stats = VolumeStats {
             volsize: spec.size,

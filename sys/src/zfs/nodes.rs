@@ -1,7 +1,7 @@
 //! zvol block devices that udev left without their `/dev/zvol/<name>` link,
 //! and the nudge that asks udev for them again (see [`crate::udev`]).
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
     sync::Mutex,
     time::Instant,
@@ -21,9 +21,7 @@ pub(crate) fn unlinked_zvol_devices(sys_block: &Path, dev_zvol: &Path) -> Vec<Pa
         .filter(|e| {
             let name = e.file_name();
             let name = name.to_string_lossy();
-            name.strip_prefix("zd")
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-                && !linked.contains(name.as_ref())
+            is_zvol_disk(&name) && !linked.contains(name.as_ref())
         })
         .map(|e| e.path())
         .collect();
@@ -53,6 +51,60 @@ fn collect_link_targets(dir: &Path, out: &mut BTreeSet<String>) {
             }
         }
     }
+}
+
+/// How many times each zvol device was asked for again after udev handled
+/// its event without the link, since it last had its link.
+static RELINKS: Mutex<BTreeMap<String, u32>> = Mutex::new(BTreeMap::new());
+
+/// At most this many asks per zvol device in a row: a device whose link
+/// udev never makes is not asked for for ever.
+const MAX_RELINKS: u32 = 3;
+
+/// Watches udev's events (see [`crate::udev::watch`]): a zvol disk whose
+/// `add` or `change` event udev has handled without a `/dev/zvol` link
+/// (its `zvol_id` could not open the new device while ZFS's namespace lock
+/// was taken, which many creates at once do) is asked for again at once,
+/// instead of when udev's queue has emptied.
+pub(crate) fn relink_lost(event: &udev::Event) {
+    let name = event.sysname().to_string_lossy();
+    let handled = matches!(
+        event.event_type(),
+        udev::EventType::Add | udev::EventType::Change
+    );
+    if !handled || !is_zvol_disk(&name) || event.devtype() != Some("disk".as_ref()) {
+        return;
+    }
+    let linked = event.property_value("DEVLINKS").is_some_and(|links| {
+        links
+            .to_string_lossy()
+            .split_whitespace()
+            .any(|l| l.starts_with("/dev/zvol/"))
+    });
+    let mut relinks = RELINKS.lock().unwrap_or_else(|e| e.into_inner());
+    if linked {
+        relinks.remove(name.as_ref());
+        return;
+    }
+    let asked = relinks.entry(name.into_owned()).or_insert(0);
+    if *asked >= MAX_RELINKS {
+        return;
+    }
+    *asked += 1;
+    match crate::udev::retrigger(event.syspath()) {
+        Ok(()) => {
+            tracing::info!(device = %event.syspath().display(), "asked udev again for a zvol it left without its /dev/zvol link")
+        }
+        Err(e) => {
+            tracing::warn!(device = %event.syspath().display(), error = %e, "could not retrigger udev")
+        }
+    }
+}
+
+/// Whether `name` is a zvol's whole disk (`zd0`, `zd16`; not `zd16p1`).
+fn is_zvol_disk(name: &str) -> bool {
+    name.strip_prefix("zd")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// When the last sweep ran; many waiters share one sweep per period.
