@@ -224,6 +224,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let port = dir.path().join("ports/1");
         fs::create_dir_all(port.join("subsystems"))?;
+        fs::create_dir(dir.path().join("subsystems"))?;
         for (attr, value) in [
             ("addr_trtype", "tcp"),
             ("addr_traddr", "127.0.0.1"),
@@ -254,10 +255,18 @@ mod tests {
         let trusted =
             target.plan_subsystem(&b, export(&b, "127.0.0.1:4420")?, |_| false, &check)?;
         assert!(!trusted.ports_read && !writes_port(&trusted));
-        assert!(trusted.plan.steps.contains(&configfs::Step::symlink(
-            format!("subsystems/{b}"),
-            format!("ports/1/subsystems/{b}")
-        )));
+        // b's folder was made first (nothing of it read), then its link.
+        let b_dir = dir.path().join(format!("subsystems/{b}"));
+        assert!(b_dir.is_dir());
+        let b_link =
+            configfs::Step::symlink(format!("subsystems/{b}"), format!("ports/1/subsystems/{b}"));
+        assert!(trusted.plan.steps.contains(&b_link));
+        assert!(!trusted
+            .plan
+            .steps
+            .contains(&configfs::Step::mkdir(format!("subsystems/{b}"))));
+        // (The kernel's attribute of the folder made.)
+        fs::write(b_dir.join("attr_allow_any_host"), "0\n")?;
         // ... and once the check is forgotten (as a failed run does), read
         // whole again: the port is moved back, its link to a moving with it.
         check.forget();
