@@ -49,9 +49,9 @@ pub enum Error {
 
 /// How long a node may be missing before the first nudge, and between
 /// nudges. The zvol nudge asks only when udev's queue is empty, when the
-/// event it is missing is lost, not late; in the lab, 50 zvols created at once
-/// through the agent lost 7 events, and each of their creates waited out
-/// the period once the queue had emptied (3 s before this was 1 s).
+/// event it is missing is lost, not late; in the lab, 50 zvols created at
+/// once through the agent lost 7 events, and their creates waited out this
+/// period after the queue had emptied (it was 3 s).
 pub const NUDGE_EVERY: Duration = Duration::from_secs(1);
 
 /// Waits until `path` exists (a symlink is followed to its device), up to
@@ -99,12 +99,12 @@ pub fn wait_for_node_nudging(
 /// What the monitor's thread calls with every event it reads, once
 /// [`watch`] set it.
 type Watcher = fn(&udev::Event);
-static WATCHERS: Mutex<Option<Watcher>> = Mutex::new(None);
+static WATCHER: Mutex<Option<Watcher>> = Mutex::new(None);
 
 /// Has the process's udev monitor call `watcher` with every event it reads
 /// (it starts the monitor if none runs yet); a later call replaces it.
 pub(crate) fn watch(watcher: Watcher) {
-    *WATCHERS.lock().unwrap_or_else(|e| e.into_inner()) = Some(watcher);
+    *WATCHER.lock().unwrap_or_else(|e| e.into_inner()) = Some(watcher);
     let _ = Events::shared();
 }
 
@@ -163,11 +163,11 @@ impl Events {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return,
             }
-            let watchers = *WATCHERS.lock().unwrap_or_else(|e| e.into_inner());
+            let watcher = *WATCHER.lock().unwrap_or_else(|e| e.into_inner());
             let mut arrived = 0;
             for event in socket.iter() {
                 arrived += 1;
-                if let Some(watcher) = watchers {
+                if let Some(watcher) = watcher {
                     watcher(&event);
                 }
             }

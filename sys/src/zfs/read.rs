@@ -94,8 +94,9 @@ impl Zfs {
 
     /// A volume's GUID, from the statistics ioctl without its property list
     /// (no property is gathered, packed or read): what an identity check
-    /// needs, at a fraction of [`Zfs::volume_stats`]. A filesystem is
-    /// [`Error::WrongType`].
+    /// needs. In the lab it costs about a sixth less than
+    /// [`Zfs::volume_stats`]; the ioctl's own path is most of both. A
+    /// filesystem is [`Error::WrongType`].
     ///
     /// The first call of the process on a volume also reads the GUID from
     /// the property list: if the two differ (a kernel whose `zfs_cmd_t`

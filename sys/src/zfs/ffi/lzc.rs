@@ -23,7 +23,7 @@ const STATS_BUFFER: usize = 16 << 10;
 /// zeroes up to a size well above the whole structure (about 13.7 KiB in
 /// OpenZFS 2.3), which the kernel copies in and out. [`Lzc::fast_stats`]
 /// checks the place of `zc_objset_stats` against the property list once
-/// per process (see `Zfs::volume_identity`).
+/// per process (see `Zfs::volume_guid`).
 #[repr(C)]
 struct ZfsCmd {
     name: [u8; 4096],
