@@ -134,18 +134,6 @@ impl Folder {
     pub fn exists(&self, rel: &str) -> bool {
         !escapes(rel) && exists_at(self.fd.as_fd(), Path::new(rel))
     }
-
-    /// The link count of `rel` inside this folder (not followed), `None`
-    /// if it is absent. configfs, like most filesystems, counts a folder's
-    /// subfolders in its own link count (two plus one per subfolder).
-    pub fn link_count(&self, rel: &str) -> Result<Option<u64>, Error> {
-        let path = self.full(rel)?;
-        match statat(self.fd.as_fd(), Path::new(rel), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(stat) => Ok(Some(stat.st_nlink)),
-            Err(Errno::NOENT) => Ok(None),
-            Err(e) => Err(io_error(StepKind::Read, path, e)),
-        }
-    }
 }
 
 pub(crate) fn io_error(kind: StepKind, path: PathBuf, e: Errno) -> Error {

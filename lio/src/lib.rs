@@ -62,7 +62,6 @@
 //! ```
 
 mod error;
-mod listings;
 mod model;
 mod names;
 mod plan;
@@ -101,7 +100,6 @@ const MAX_HBA_INDEX: u32 = 1_048_575;
 pub struct Lio {
     tree: Tree,
     lock_file: PathBuf,
-    listings: listings::HbaListings,
 }
 
 impl Lio {
@@ -121,7 +119,6 @@ impl Lio {
         Self {
             tree,
             lock_file: DEFAULT_LOCK_FILE.into(),
-            listings: Default::default(),
         }
     }
 
@@ -182,8 +179,7 @@ impl Lio {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (present, scan) =
-                read::read_scoped_scan(&self.tree, desired, Some(&self.listings))?;
+            let (present, scan) = read::read_scoped_scan(&self.tree, desired)?;
             let creates = desired
                 .storage_objects
                 .keys()
@@ -257,7 +253,7 @@ impl Lio {
         };
         if !teardown.storage_objects.is_empty() {
             let only = teardown.storage_objects.iter().collect();
-            let scan = read::scan(&self.tree, Some(&only), Some(&self.listings))?;
+            let scan = read::scan(&self.tree, Some(&only))?;
             // A storage object is not removed while a LUN of a target not
             // torn down serves it. The kernel counts the LUNs serving each
             // (of any fabric): only when it counts more than the targets
