@@ -215,11 +215,7 @@ impl Agent {
         id: &VolumeId,
         record: &BackendRecord,
     ) -> Result<VolumeState, AgentError> {
-        let backend = self.backend_of(record, id)?;
-        let r = record.clone();
-        blocking(move || backend.lookup(&r)).await?.ok_or_else(|| {
-            AgentError::NotFound(format!("volume {id} does not exist in its backend"))
-        })
+        self.read_existing(id, record, |b, r| b.lookup(r)).await
     }
 
     /// The device node of the volume at `record`, for an export.
@@ -228,11 +224,26 @@ impl Agent {
         id: &VolumeId,
         record: &BackendRecord,
     ) -> Result<PathBuf, AgentError> {
+        self.read_existing(id, record, |b, r| b.device(r)).await
+    }
+
+    /// `read` of the volume at `record` on its backend, on a blocking
+    /// thread; NOT_FOUND when the backend has no such volume.
+    async fn read_existing<T: Send + 'static>(
+        &self,
+        id: &VolumeId,
+        record: &BackendRecord,
+        read: impl FnOnce(&dyn Backend, &BackendRecord) -> Result<Option<T>, AgentError>
+            + Send
+            + 'static,
+    ) -> Result<T, AgentError> {
         let backend = self.backend_of(record, id)?;
         let r = record.clone();
-        blocking(move || backend.device(&r)).await?.ok_or_else(|| {
-            AgentError::NotFound(format!("volume {id} does not exist in its backend"))
-        })
+        blocking(move || read(backend.as_ref(), &r))
+            .await?
+            .ok_or_else(|| {
+                AgentError::NotFound(format!("volume {id} does not exist in its backend"))
+            })
     }
 
     /// Every recorded volume with the backend's view of it. Corrupt marks are skipped and logged.
