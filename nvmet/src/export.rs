@@ -6,12 +6,14 @@
 //! calls again. The port is what many exports share, and what its owner
 //! made and checked: a plan reads it whole when the last whole read is
 //! older than [`PortCheck::EVERY`] (or failed), and otherwise trusts it to
-//! be as desired, looking only at whether it links the subsystem.
+//! be as desired where it exists, looking only at whether it links the
+//! subsystem; a port removed meanwhile is made again, while one moved to
+//! another address meanwhile is seen at the next whole read.
 use crate::{
     error::Error,
     model::{State, Subsystem},
     names::Nqn,
-    plan::subsystem_dir,
+    plan::{port_dir, subsystem_dir},
     revoke::{link_path, RevokingPlan},
     Nvmet,
 };
@@ -121,8 +123,8 @@ impl Nvmet {
         }
     }
 
-    /// The present state for `desired` with its ports taken to be as
-    /// desired, apart from their links to its subsystems.
+    /// The present state for `desired` with its ports, where they exist,
+    /// taken to be as desired apart from their links to its subsystems.
     ///
     /// A subsystem `nqn` not there yet has its folder made here, the first
     /// step of any plan that makes it: when that succeeds, nothing of it
@@ -155,6 +157,11 @@ impl Nvmet {
             })?
         };
         for (id, want) in &desired.ports {
+            // A port removed since its check (by a tool emptying the ones
+            // nothing links) is made again.
+            if !self.tree().exists(&port_dir(*id)) {
+                continue;
+            }
             let mut port = want.clone();
             port.subsystems
                 .retain(|n| !(made && n == nqn) && self.tree().exists(&link_path(*id, n)));
@@ -272,6 +279,17 @@ mod tests {
         check.forget();
         let read = target.plan_subsystem(&b, export(&b, "127.0.0.1:4420")?, |_| true, &check)?;
         assert!(read.ports_read && writes_port(&read));
+
+        // A port removed within the check's period is made again.
+        check.passed();
+        fs::remove_dir_all(&port)?;
+        let c = Nqn::new("nqn.2026-01.org.example:c")?;
+        let remade = target.plan_subsystem(&c, export(&c, "127.0.0.1:4420")?, |_| false, &check)?;
+        assert!(!remade.ports_read && writes_port(&remade));
+        assert!(remade
+            .plan
+            .steps
+            .contains(&configfs::Step::mkdir("ports/1")));
         Ok(())
     }
 }
