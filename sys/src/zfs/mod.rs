@@ -158,13 +158,14 @@ impl Zfs {
 
     /// Waits through udev, up to `timeout`, for the volume's device node;
     /// returns `/dev/zvol/<name>`. udev loses zvol links when many zvols
-    /// appear at once: from the first wait on, the process asks udev again
-    /// for a zvol whose event it handled without the link, and while the
-    /// node is missing, zvol devices that udev left without their link are
+    /// appear at once: while any of its waits is in progress, the process
+    /// asks udev again for a zvol whose event it handled without the link,
+    /// and while the node is missing, zvol devices that udev left without their link are
     /// retriggered once its queue is empty.
     pub fn wait_device(&self, name: &DatasetName, timeout: Duration) -> Result<PathBuf, Error> {
         static WATCHING: std::sync::Once = std::sync::Once::new();
         WATCHING.call_once(|| crate::udev::watch(nodes::relink_lost));
+        let _waiting = nodes::Waiting::start();
         let path = Self::device_path(name);
         match crate::udev::wait_for_node_nudging(&path, timeout, nodes::nudge_unlinked_zvols) {
             Ok(_) => Ok(path),

@@ -3,6 +3,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
+    sync::atomic::{AtomicUsize, Ordering},
     sync::Mutex,
     time::Instant,
 };
@@ -53,6 +54,25 @@ fn collect_link_targets(dir: &Path, out: &mut BTreeSet<String>) {
     }
 }
 
+/// How many waits for a zvol's node are in progress in this process.
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
+
+/// One wait for a zvol's node in progress, while it lives.
+pub(crate) struct Waiting;
+
+impl Waiting {
+    pub(crate) fn start() -> Self {
+        WAITERS.fetch_add(1, Ordering::SeqCst);
+        Waiting
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITERS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// How many times each zvol device was asked for again after udev handled
 /// its event without the link, since it last had its link.
 static RELINKS: Mutex<BTreeMap<String, u32>> = Mutex::new(BTreeMap::new());
@@ -65,8 +85,13 @@ const MAX_RELINKS: u32 = 3;
 /// `add` or `change` event udev has handled without a `/dev/zvol` link
 /// (its `zvol_id` could not open the new device while ZFS's namespace lock
 /// was taken, which many creates at once do) is asked for again at once,
-/// instead of when udev's queue has emptied.
+/// instead of when udev's queue has emptied. Only while this process waits
+/// for a zvol's node ([`Waiting`]): the process does not act on other
+/// tools' zvols when it has none of its own in flight.
 pub(crate) fn relink_lost(event: &udev::Event) {
+    if WAITERS.load(Ordering::SeqCst) == 0 {
+        return;
+    }
     let name = event.sysname().to_string_lossy();
     let handled = matches!(
         event.event_type(),
