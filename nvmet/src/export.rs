@@ -14,6 +14,7 @@ use crate::{
     model::{State, Subsystem},
     names::Nqn,
     plan::{port_dir, subsystem_dir},
+    read::present_hosts,
     revoke::{link_path, RevokingPlan},
     Nvmet,
 };
@@ -138,17 +139,11 @@ impl Nvmet {
             Err(e) => return Err(e.into()),
         };
         let mut present = if made {
-            let mut present = State::default();
+            let mut present = State {
+                hosts: present_hosts(self.tree(), desired),
+                ..Default::default()
+            };
             present.subsystems.insert(nqn.clone(), Subsystem::default());
-            let hosts = desired
-                .hosts
-                .iter()
-                .chain(desired.subsystems.values().flat_map(|s| &s.allowed_hosts));
-            for host in hosts {
-                if self.tree().exists(&format!("hosts/{host}")) {
-                    present.hosts.insert(host.clone());
-                }
-            }
             present
         } else {
             self.read_scoped(&State {

@@ -69,16 +69,19 @@ pub(crate) fn read_scoped(tree: &Tree, desired: &State) -> Result<State, Error> 
             state.ports.insert(*id, port);
         }
     }
-    let needed = desired
+    state.hosts = present_hosts(tree, desired);
+    Ok(state)
+}
+
+/// The host objects `desired` names or its subsystems allow that exist.
+pub(crate) fn present_hosts(tree: &Tree, desired: &State) -> BTreeSet<Nqn> {
+    desired
         .hosts
         .iter()
-        .chain(desired.subsystems.values().flat_map(|s| &s.allowed_hosts));
-    for host in needed {
-        if tree.exists(&format!("hosts/{host}")) {
-            state.hosts.insert(host.clone());
-        }
-    }
-    Ok(state)
+        .chain(desired.subsystems.values().flat_map(|s| &s.allowed_hosts))
+        .filter(|host| tree.exists(&format!("hosts/{host}")))
+        .cloned()
+        .collect()
 }
 
 /// What a teardown needs, and only that: of each named subsystem its
