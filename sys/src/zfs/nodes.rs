@@ -116,12 +116,17 @@ pub(crate) fn relink_lost(event: &udev::Event) {
         return;
     }
     *asked += 1;
-    match crate::udev::retrigger(event.syspath()) {
+    retrigger_logged(event.syspath());
+}
+
+/// Asks udev again for the zvol device at `sysfs`, and logs it.
+fn retrigger_logged(sysfs: &Path) {
+    match crate::udev::retrigger(sysfs) {
         Ok(()) => {
-            tracing::info!(device = %event.syspath().display(), "asked udev again for a zvol it left without its /dev/zvol link")
+            tracing::info!(device = %sysfs.display(), "asked udev again for a zvol without its /dev/zvol link")
         }
         Err(e) => {
-            tracing::warn!(device = %event.syspath().display(), error = %e, "could not retrigger udev")
+            tracing::warn!(device = %sysfs.display(), error = %e, "could not retrigger udev")
         }
     }
 }
@@ -152,14 +157,7 @@ pub(crate) fn nudge_unlinked_zvols() {
         *last = Some(Instant::now());
     }
     for dev in unlinked_zvol_devices(Path::new("/sys/class/block"), Path::new("/dev/zvol")) {
-        match crate::udev::retrigger(&dev) {
-            Ok(()) => {
-                tracing::info!(device = %dev.display(), "asked udev again for a zvol without its /dev/zvol link")
-            }
-            Err(e) => {
-                tracing::warn!(device = %dev.display(), error = %e, "could not retrigger udev")
-            }
-        }
+        retrigger_logged(&dev);
     }
 }
 
