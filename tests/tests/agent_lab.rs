@@ -176,8 +176,18 @@ async fn agent_plaintext_zvol_round_trip_over_nvme_tcp_and_iscsi() -> Result<()>
         .into_inner();
     assert_eq!(created.volume_id, id);
     assert_eq!(created.capacity_bytes, SIZE);
-    assert_eq!(created.device_path, format!("/dev/zvol/{dataset}"));
-    assert!(Path::new(&created.device_path).exists());
+    // The kernel's node, which udev's link leads to once udev is done.
+    assert!(
+        created.device_path.starts_with("/dev/zd"),
+        "{}",
+        created.device_path
+    );
+    let link = format!("/dev/zvol/{dataset}");
+    run("udevadm", &["wait", "--timeout=60", &link])?;
+    assert_eq!(
+        Path::new(&link).canonicalize()?,
+        Path::new(&created.device_path)
+    );
     assert_eq!(
         parent.children()?,
         vec![format!("{dataset}\tvolume\t{SIZE}")],
