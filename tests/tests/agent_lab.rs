@@ -671,6 +671,32 @@ async fn agent_restart_re_creates_exports_emptied_from_configfs() -> Result<()> 
         "the agent logs the restore"
     );
 
+    // An earlier agent named udev's link in configfs, where this one names
+    // the kernel's node: restarted over such a namespace, the agent keeps it
+    // as it is (a rewrite would disable it under a connected host).
+    agent.kill()?;
+    let link_n = format!(
+        "/dev/zvol/{}/{}",
+        parent.dataset(),
+        id_n.rsplit('/').next().ok_or("id")?
+    );
+    run("udevadm", &["wait", "--timeout=60", &link_n])?;
+    let ns_dir = format!("/sys/kernel/config/nvmet/subsystems/{nqn}/namespaces/1");
+    run(
+        "sh",
+        &[
+            "-c",
+            &format!("echo 0 > {ns_dir}/enable && printf %s {link_n} > {ns_dir}/device_path && echo 1 > {ns_dir}/enable"),
+        ],
+    )?;
+    agent.restart().await?;
+    assert!(agent.health().healthy, "{:?}", agent.health());
+    let ns = &nvmet.read()?.subsystems[&nqn_t].namespaces[&nvmet::Nsid::new(1)?];
+    assert_eq!(
+        (ns.device_path.clone(), ns.enabled),
+        (PathBuf::from(&link_n), true)
+    );
+
     // Clean up through the restarted agent.
     let mut c = agent.client().await?;
     for (id, uid, dev) in [(&id_n, &uid_n, &dev_n), (&id_i, &uid_i, &dev_i)] {
