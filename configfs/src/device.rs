@@ -14,13 +14,16 @@ pub fn same_device(a: &Path, b: &Path) -> bool {
     if a == b {
         return true;
     }
+    if a.as_os_str().is_empty() || b.as_os_str().is_empty() {
+        return false;
+    }
     let number = |p: &Path| {
         let m = fs::metadata(p).ok()?;
         let kind = m.file_type();
         (kind.is_block_device() || kind.is_char_device())
             .then(|| (kind.is_block_device(), m.rdev()))
     };
-    matches!((number(a), number(b)), (Some(x), Some(y)) if x == y)
+    number(a).is_some_and(|x| number(b) == Some(x))
 }
 
 #[cfg(test)]
@@ -43,6 +46,10 @@ mod tests {
         assert!(!same_device(&file, &dir.join("file-link")));
         assert!(same_device(&file, &file), "the same path");
         assert!(!same_device(&dir.join("gone"), &dir.join("gone-too")));
+        assert!(
+            !same_device(Path::new(""), null),
+            "a namespace not configured yet"
+        );
         fs::remove_dir_all(&dir)
     }
 }
