@@ -40,13 +40,11 @@
 //! ```
 
 mod component;
-mod device;
 mod error;
 mod folder;
 mod tree;
 
 pub use component::{Component, NameError};
-pub use device::same_device;
 pub use error::{Error, StepKind};
 pub use folder::Folder;
 pub use tree::{Step, StepHook, Tree};

@@ -113,7 +113,7 @@ fn plan_storage_object(
     let path = want.udev_path.to_string_lossy();
     let configured = have.is_some_and(|h| !h.udev_path.as_os_str().is_empty() || h.enabled);
     if let Some(h) = have.filter(|_| configured) {
-        if !configfs::same_device(&h.udev_path, &want.udev_path) || h.readonly != want.readonly {
+        if h.udev_path != want.udev_path || h.readonly != want.readonly {
             return Err(Error::Conflict(format!(
                 "storage object {name} serves {} (readonly {}), not {} (readonly {}): the kernel cannot change the device of a configured storage object; tear it down first",
                 h.udev_path.display(),

@@ -326,22 +326,6 @@ fn a_configured_object_cannot_change_device() {
 }
 
 #[test]
-fn a_configured_object_named_by_a_link_to_the_same_device_is_kept() -> Result<(), Error> {
-    // The agent once wrote udev's link and now names the kernel's node: a
-    // restart must neither refuse nor touch the storage object for it.
-    let dir = std::env::temp_dir().join(format!("lio-same-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let link = dir.join("link");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink("/dev/null", &link).expect("symlink");
-    let present = as_present(&export("v", link.to_str().expect("utf-8"), &[]), 0);
-    let steps = plan_apply(&present, &export("v", "/dev/null", &[]), &BTreeMap::new());
-    std::fs::remove_dir_all(&dir).expect("cleanup");
-    assert_eq!(steps?, Vec::new());
-    Ok(())
-}
-
-#[test]
 fn a_half_made_object_is_configured_again() -> Result<(), Error> {
     let mut present = State::default();
     present.storage_objects.insert(

@@ -113,7 +113,7 @@ fn plan_subsystem(
             }
         };
         let mut writes = Vec::new();
-        if !configfs::same_device(&have_ns.device_path, &ns.device_path) {
+        if have_ns.device_path != ns.device_path {
             writes.push(Step::write(
                 format!("{ns_dir}/device_path"),
                 ns.device_path.to_string_lossy(),

@@ -94,22 +94,6 @@ fn applying_the_present_state_changes_nothing() -> Result<(), Error> {
 }
 
 #[test]
-fn a_link_to_the_same_device_is_kept() -> Result<(), Error> {
-    // The agent once wrote udev's link and now names the kernel's node: a
-    // restart must not bounce the namespace for it.
-    let dir = std::env::temp_dir().join(format!("nvmet-same-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let link = dir.join("link");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink("/dev/null", &link).expect("symlink");
-    let present = export("v", link.to_str().expect("utf-8"), &[]);
-    let steps = plan_apply(&present, &export("v", "/dev/null", &[]))?;
-    std::fs::remove_dir_all(&dir).expect("cleanup");
-    assert_eq!(steps, Vec::new());
-    Ok(())
-}
-
-#[test]
 fn changing_a_device_disables_the_namespace_first() -> Result<(), Error> {
     let present = export("v", "/dev/zd0", &[]);
     let steps = plan_apply(&present, &export("v", "/dev/zd16", &[]))?;

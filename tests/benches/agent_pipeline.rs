@@ -134,9 +134,10 @@ async fn pipeline(
 }
 
 /// The floor of one pipeline: a sparse zvol made by `lzc_create`, its
-/// device node waited for as the agent waits (the kernel's node, found
-/// without waiting for udev's link), and its NVMe/TCP export with the ACL
-/// written to configfs directly, no reads, no checks.
+/// device node waited for as the agent waits (udev's event, asked for again
+/// when udev dropped it, as it does with many zvols at once), and its
+/// NVMe/TCP export with the ACL written to configfs directly, no reads, no
+/// checks.
 fn floor_pipeline(
     bare: &BareCalls,
     zfs: &Zfs,

@@ -42,7 +42,6 @@ mod create;
 mod error;
 mod ffi;
 pub mod floor;
-mod minors;
 mod nodes;
 mod packed;
 mod read;
@@ -152,41 +151,29 @@ impl Zfs {
         }
     }
 
-    /// udev's link to a volume's device node, `/dev/zvol/<name>` (not
-    /// waited for).
+    /// The device node of a volume, `/dev/zvol/<name>` (not waited for).
     pub fn device_path(name: &DatasetName) -> PathBuf {
         PathBuf::from(format!("/dev/zvol/{name}"))
     }
 
-    /// Waits, up to `timeout`, for the volume's device node; returns the
-    /// kernel's node (`/dev/zdN`). The node is found through udev's
-    /// `/dev/zvol/<name>` link when udev has made it, and otherwise by
-    /// asking each new zvol device which dataset it serves, so a new volume
-    /// does not wait for udev's rules (seconds when many zvols appear at
-    /// once). While it waits, and for a node it found before udev linked it,
-    /// the process asks udev again for a zvol whose link udev lost.
+    /// Waits through udev, up to `timeout`, for the volume's device node;
+    /// returns `/dev/zvol/<name>`. udev loses zvol links when many zvols
+    /// appear at once: while any of its waits is in progress, the process
+    /// asks udev again for a zvol whose event it handled without the link,
+    /// and while the node is missing, zvol devices that udev left without their link are
+    /// retriggered once its queue is empty.
     pub fn wait_device(&self, name: &DatasetName, timeout: Duration) -> Result<PathBuf, Error> {
         static WATCHING: std::sync::Once = std::sync::Once::new();
         WATCHING.call_once(|| crate::udev::watch(nodes::relink_lost));
         let _waiting = nodes::Waiting::start();
-        let link = Self::device_path(name);
-        let start = std::time::Instant::now();
-        loop {
-            if let Ok(node) = std::fs::canonicalize(&link) {
-                return Ok(node);
-            }
-            if let Some(node) = minors::find_node(name.as_str()) {
-                nodes::expect_link(&node);
-                return Ok(node);
-            }
-            if start.elapsed() >= timeout {
-                return Err(Error::DeviceTimeout {
-                    dataset: name.to_string(),
-                    path: link,
-                    waited: start.elapsed(),
-                });
-            }
-            std::thread::sleep(minors::POLL);
+        let path = Self::device_path(name);
+        match crate::udev::wait_for_node_nudging(&path, timeout, nodes::nudge_unlinked_zvols) {
+            Ok(_) => Ok(path),
+            Err(crate::udev::Error::Timeout { path, waited }) => Err(Error::DeviceTimeout {
+                dataset: name.to_string(),
+                path,
+                waited,
+            }),
         }
     }
 }

@@ -1,16 +1,58 @@
-//! udev's `/dev/zvol/<name>` links of this process's zvols, asked for again
-//! when udev lost them.
-//!
-//! The process itself uses the kernel's node (see [`super::minors`]) and
-//! does not wait for the link, but operators and other tools look for it.
-//! udev loses links when many zvols appear at once: its `zvol_id` cannot
-//! open a new zvol while ZFS's namespace lock is taken.
+//! zvol block devices that udev left without their `/dev/zvol/<name>` link,
+//! and the nudge that asks udev for them again (see [`crate::udev`]).
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::Path,
+    path::{Path, PathBuf},
     sync::atomic::{AtomicUsize, Ordering},
     sync::Mutex,
+    time::Instant,
 };
+
+/// The zvol whole-disk devices (`zd0`, `zd16`, ...) under `sys_block`
+/// (`/sys/class/block`) that no symlink under `dev_zvol` (`/dev/zvol`)
+/// resolves to, as their sysfs paths.
+pub(crate) fn unlinked_zvol_devices(sys_block: &Path, dev_zvol: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(sys_block) else {
+        return Vec::new();
+    };
+    let mut linked = BTreeSet::new();
+    collect_link_targets(dev_zvol, &mut linked);
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            is_zvol_disk(&name) && !linked.contains(name.as_ref())
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The device names (`zd0`) the symlinks under `dir` resolve to.
+fn collect_link_targets(dir: &Path, out: &mut BTreeSet<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            collect_link_targets(&entry.path(), out);
+        } else if kind.is_symlink() {
+            if let Some(name) = entry
+                .path()
+                .canonicalize()
+                .ok()
+                .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+            {
+                out.insert(name);
+            }
+        }
+    }
+}
 
 /// How many waits for a zvol's node are in progress in this process.
 static WAITERS: AtomicUsize = AtomicUsize::new(0);
@@ -31,56 +73,31 @@ impl Drop for Waiting {
     }
 }
 
-/// The zvol devices whose links this process looks after.
-#[derive(Debug, Default)]
-struct Links {
-    /// Devices (`zd16`) found through the kernel before udev linked them.
-    expected: BTreeSet<String>,
-    /// How many times each device was asked for again, since it last had
-    /// its link.
-    asked: BTreeMap<String, u32>,
-}
-
-static LINKS: Mutex<Links> = Mutex::new(Links {
-    expected: BTreeSet::new(),
-    asked: BTreeMap::new(),
-});
+/// How many times each zvol device was asked for again after udev handled
+/// its event without the link, since it last had its link.
+static RELINKS: Mutex<BTreeMap<String, u32>> = Mutex::new(BTreeMap::new());
 
 /// At most this many asks per zvol device in a row: a device whose link
 /// udev never makes is not asked for for ever.
 const MAX_RELINKS: u32 = 3;
 
-/// Marks the zvol device at `node` (`/dev/zd16`), which this process found
-/// before udev linked it, as one whose link [`relink_lost`] looks after.
-pub(crate) fn expect_link(node: &Path) {
-    if let Some(name) = node.file_name().and_then(|n| n.to_str()) {
-        lock().expected.insert(name.to_owned());
-    }
-}
-
-fn lock() -> std::sync::MutexGuard<'static, Links> {
-    LINKS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Watches udev's events (see [`crate::udev::watch`]): a zvol disk whose
-/// `add` or `change` event udev has handled without a `/dev/zvol` link is
-/// asked for again at once. Only for the devices this process found before
-/// their link ([`expect_link`]), and any zvol while the process waits for a
-/// zvol's node ([`Waiting`]): the process leaves other tools' zvols alone
-/// when it has none of its own in flight.
+/// `add` or `change` event udev has handled without a `/dev/zvol` link
+/// (its `zvol_id` could not open the new device while ZFS's namespace lock
+/// was taken, which many creates at once do) is asked for again at once,
+/// instead of when udev's queue has emptied. Only while this process waits
+/// for a zvol's node ([`Waiting`]): the process does not act on other
+/// tools' zvols when it has none of its own in flight.
 pub(crate) fn relink_lost(event: &udev::Event) {
+    if WAITERS.load(Ordering::SeqCst) == 0 {
+        return;
+    }
     let name = event.sysname().to_string_lossy();
-    if !is_zvol_disk(&name) || event.devtype() != Some("disk".as_ref()) {
-        return;
-    }
-    let mut links = lock();
-    let kind = event.event_type();
-    if kind == udev::EventType::Remove {
-        links.expected.remove(name.as_ref());
-        links.asked.remove(name.as_ref());
-        return;
-    }
-    if !matches!(kind, udev::EventType::Add | udev::EventType::Change) {
+    let handled = matches!(
+        event.event_type(),
+        udev::EventType::Add | udev::EventType::Change
+    );
+    if !handled || !is_zvol_disk(&name) || event.devtype() != Some("disk".as_ref()) {
         return;
     }
     let linked = event.property_value("DEVLINKS").is_some_and(|links| {
@@ -89,21 +106,16 @@ pub(crate) fn relink_lost(event: &udev::Event) {
             .split_whitespace()
             .any(|l| l.starts_with("/dev/zvol/"))
     });
+    let mut relinks = RELINKS.lock().unwrap_or_else(|e| e.into_inner());
     if linked {
-        links.expected.remove(name.as_ref());
-        links.asked.remove(name.as_ref());
+        relinks.remove(name.as_ref());
         return;
     }
-    if WAITERS.load(Ordering::SeqCst) == 0 && !links.expected.contains(name.as_ref()) {
-        return;
-    }
-    let asked = links.asked.entry(name.to_string()).or_insert(0);
+    let asked = relinks.entry(name.into_owned()).or_insert(0);
     if *asked >= MAX_RELINKS {
-        links.expected.remove(name.as_ref());
         return;
     }
     *asked += 1;
-    drop(links);
     retrigger_logged(event.syspath());
 }
 
@@ -120,26 +132,56 @@ fn retrigger_logged(sysfs: &Path) {
 }
 
 /// Whether `name` is a zvol's whole disk (`zd0`, `zd16`; not `zd16p1`).
-pub(crate) fn is_zvol_disk(name: &str) -> bool {
+fn is_zvol_disk(name: &str) -> bool {
     name.strip_prefix("zd")
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// When the last sweep ran; many waiters share one sweep per period.
+static LAST_SWEEP: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Asks udev again for every zvol device without its link, at most once per
+/// [`crate::udev::NUDGE_EVERY`] in this process however many waiters call,
+/// and only while udev's event queue is empty: a device whose event is still
+/// queued is not lost, and asking again would only add to udev's work (in the
+/// lab, retriggering queued devices made 50 concurrent creates 5x slower).
+pub(crate) fn nudge_unlinked_zvols() {
+    if crate::udev::events_queued() {
+        return;
+    }
+    {
+        let mut last = LAST_SWEEP.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|t| t.elapsed() < crate::udev::NUDGE_EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+    }
+    for dev in unlinked_zvol_devices(Path::new("/sys/class/block"), Path::new("/dev/zvol")) {
+        retrigger_logged(&dev);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::{fs, os::unix::fs::symlink};
 
     #[test]
-    fn only_whole_zvol_disks_count() {
-        for (name, disk) in [
-            ("zd0", true),
-            ("zd16", true),
-            ("zd16p1", false),
-            ("zd", false),
-            ("zdx", false),
-            ("sda", false),
-        ] {
-            assert_eq!(is_zvol_disk(name), disk, "{name}");
+    fn only_whole_zvol_disks_without_a_link_are_found() -> std::io::Result<()> {
+        let root = std::env::temp_dir().join(format!("zvol-nodes-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let (sys, dev, zvol) = (root.join("sys"), root.join("dev"), root.join("dev/zvol"));
+        fs::create_dir_all(&dev)?;
+        for d in ["zd0", "zd16", "zd16p1", "zd32", "sda", "zdx"] {
+            fs::create_dir_all(sys.join(d))?;
+            fs::write(dev.join(d), b"")?;
         }
+        fs::create_dir_all(zvol.join("pool/parent"))?;
+        symlink(dev.join("zd0"), zvol.join("pool/parent/a"))?;
+        symlink(dev.join("zd16p1"), zvol.join("pool/parent/b-part1"))?;
+        symlink(dev.join("gone"), zvol.join("pool/dangling"))?;
+        let found = unlinked_zvol_devices(&sys, &zvol);
+        assert_eq!(found, vec![sys.join("zd16"), sys.join("zd32")]);
+        fs::remove_dir_all(&root)
     }
 }

@@ -19,13 +19,11 @@ mod handles;
 mod libzfs;
 mod lzc;
 mod nvlist;
-mod zvol_name;
 
 pub(crate) use handles::*;
 pub(crate) use libzfs::*;
 pub(crate) use lzc::*;
 pub(crate) use nvlist::*;
-pub(crate) use zvol_name::*;
 
 use std::{
     collections::HashMap,
