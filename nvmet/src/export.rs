@@ -66,6 +66,14 @@ pub struct SubsystemPlan {
     ports_read: bool,
 }
 
+impl SubsystemPlan {
+    /// Whether the plan took the ports to be as desired instead of reading
+    /// them: when its run fails, a plan made again reads them whole.
+    pub fn trusted_ports(&self) -> bool {
+        !self.ports_read
+    }
+}
+
 impl Nvmet {
     /// [`Nvmet::plan_revoking`] for one subsystem, `nqn`, from one read of
     /// what it touches, with the hosts the subsystem allowed before.
@@ -76,7 +84,8 @@ impl Nvmet {
     /// with it), and any other link makes the plan refuse the move. Else
     /// the ports are taken to be as desired, and only their links to `nqn`
     /// are looked at; a subsystem not there yet then has its folder made
-    /// first, and nothing of it is read.
+    /// first, and nothing of it or of its ports is read (a port removed
+    /// meanwhile makes the run fail, and the next plan reads the ports).
     pub fn plan_subsystem(
         &self,
         nqn: &Nqn,
@@ -153,8 +162,10 @@ impl Nvmet {
         };
         for (id, want) in &desired.ports {
             // A port removed since its check (by a tool emptying the ones
-            // nothing links) is made again.
-            if !self.tree().exists(&port_dir(*id)) {
+            // nothing links) is made again for a subsystem that was there.
+            // A new subsystem's plan does not look: its link to the port
+            // fails, and the failed run makes the next plan read the ports.
+            if !made && !self.tree().exists(&port_dir(*id)) {
                 continue;
             }
             let mut port = want.clone();
@@ -275,16 +286,30 @@ mod tests {
         let read = target.plan_subsystem(&b, export(&b, "127.0.0.1:4420")?, |_| true, &check)?;
         assert!(read.ports_read && writes_port(&read));
 
-        // A port removed within the check's period is made again.
+        // A port removed within the check's period: a plan for a subsystem
+        // that is there makes it again ...
         check.passed();
         fs::remove_dir_all(&port)?;
+        let makes_port = |p: &SubsystemPlan| {
+            writes_port(p) && p.plan.steps.contains(&configfs::Step::mkdir("ports/1"))
+        };
+        let remade = target.plan_subsystem(&b, export(&b, "127.0.0.1:4420")?, |_| false, &check)?;
+        assert!(remade.trusted_ports() && makes_port(&remade));
+        // ... while a new subsystem's plan trusts it. Its run fails (here on
+        // the plain folder, in configfs on the link), which forgets the
+        // check, and the plan made again reads the ports and makes it.
         let c = Nqn::new("nqn.2026-01.org.example:c")?;
-        let remade = target.plan_subsystem(&c, export(&c, "127.0.0.1:4420")?, |_| false, &check)?;
-        assert!(!remade.ports_read && writes_port(&remade));
-        assert!(remade
-            .plan
-            .steps
-            .contains(&configfs::Step::mkdir("ports/1")));
+        let trusting =
+            target.plan_subsystem(&c, export(&c, "127.0.0.1:4420")?, |_| false, &check)?;
+        assert!(trusting.trusted_ports() && !makes_port(&trusting));
+        assert!(target.run_subsystem_plan(&trusting, &check).is_err());
+        fs::write(
+            dir.path()
+                .join(format!("subsystems/{c}/attr_allow_any_host")),
+            "0\n",
+        )?;
+        let again = target.plan_subsystem(&c, export(&c, "127.0.0.1:4420")?, |_| false, &check)?;
+        assert!(!again.trusted_ports() && makes_port(&again));
         Ok(())
     }
 }

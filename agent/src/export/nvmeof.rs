@@ -129,8 +129,16 @@ impl NvmetExporter {
             if !planned.plan.only_subsystem(nqn) {
                 return Ok(None);
             }
-            run(&planned)?;
-            Ok(Some(planned))
+            match run(&planned) {
+                Ok(()) => Ok(Some(planned)),
+                // The port it trusted is gone (removed by another tool):
+                // made again, alone, from a whole read of the ports.
+                Err(e) if planned.trusted_ports() => {
+                    info!(subsystem = %nqn, error = %e, "export planned on a trusted port failed; planning it again from a read of the ports");
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            }
         })?;
         match shared {
             Some(planned) => Ok(planned),
