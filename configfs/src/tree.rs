@@ -231,11 +231,9 @@ impl Tree {
 /// Whether a relative path would leave the folder it is joined to: empty, a
 /// NUL, an absolute path, or an empty, `.` or `..` component.
 pub(crate) fn escapes(rel: &str) -> bool {
-    rel.is_empty()
-        || rel.contains('\0')
-        || Path::new(rel)
-            .components()
-            .any(|c| !matches!(c, PathComponent::Normal(_)))
+    // An absolute path starts with an empty component; one pass over the
+    // components sees every case.
+    rel.contains('\0')
         || rel
             .split('/')
             .any(|c| c.is_empty() || c == "." || c == "..")
@@ -255,10 +253,16 @@ const RESTART_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 /// write the kernel asked to restart ([`ERESTARTSYS`]) is made again, for up
 /// to [`RESTART_FOR`].
 fn write_once(path: &Path, value: &[u8]) -> io::Result<()> {
-    let start = std::time::Instant::now();
+    let mut first_refusal = None;
     loop {
         match write_whole(path, value) {
-            Err(e) if e.raw_os_error() == Some(ERESTARTSYS) && start.elapsed() < RESTART_FOR => {
+            Err(e)
+                if e.raw_os_error() == Some(ERESTARTSYS)
+                    && first_refusal
+                        .get_or_insert_with(std::time::Instant::now)
+                        .elapsed()
+                        < RESTART_FOR =>
+            {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             other => return other,

@@ -212,14 +212,15 @@ fn plan_port(
             }
         }
     }
-    let linked = have.map(|h| h.subsystems.clone()).unwrap_or_default();
+    let none = std::collections::BTreeSet::new();
+    let linked = have.map_or(&none, |h| &h.subsystems);
     let link = |nqn: &Nqn| Step::symlink(subsystem_dir(nqn), format!("{dir}/subsystems/{nqn}"));
     let unlink = |nqn: &Nqn| Step::unlink(format!("{dir}/subsystems/{nqn}"));
     if have.is_none() {
         steps.push(Step::mkdir(&dir));
     }
     if attrs.is_empty() {
-        steps.extend(want.subsystems.difference(&linked).map(link));
+        steps.extend(want.subsystems.difference(linked).map(link));
     } else {
         // The kernel refuses address writes while the port is enabled, and a
         // port is enabled while any subsystem is linked to it: unlink, write,

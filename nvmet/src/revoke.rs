@@ -63,6 +63,12 @@ pub struct RevokingPlan {
 /// only the ports `desired` names); [`Nvmet::apply_revoking`] reads it so.
 pub fn plan_apply_revoking(present: &State, desired: &State) -> Result<RevokingPlan, Error> {
     let narrowed = narrowed(present, desired);
+    if narrowed.is_empty() {
+        return Ok(RevokingPlan {
+            steps: plan_apply(present, desired)?,
+            cut_off: Vec::new(),
+        });
+    }
     let mut cut_off = Vec::new();
     let mut unlinked = present.clone();
     for (id, port) in &mut unlinked.ports {
