@@ -62,7 +62,6 @@
 //! ```
 
 mod error;
-mod listings;
 mod model;
 mod names;
 mod plan;
@@ -101,8 +100,6 @@ const MAX_HBA_INDEX: u32 = 1_048_575;
 pub struct Lio {
     tree: Tree,
     lock_file: PathBuf,
-    /// Shared by the handle's clones, which write the same tree.
-    listings: std::sync::Arc<listings::Listings>,
 }
 
 impl Lio {
@@ -122,7 +119,6 @@ impl Lio {
         Self {
             tree,
             lock_file: DEFAULT_LOCK_FILE.into(),
-            listings: Default::default(),
         }
     }
 
@@ -170,12 +166,6 @@ impl Lio {
     /// that ignores the lock takes the same index first, the apply is
     /// planned again. A new storage object the kernel refuses to configure
     /// (its device is missing or busy) is removed again.
-    ///
-    /// The handle (and its clones) keeps what each HBA folder held when it
-    /// last listed it, and lists a folder again only when configfs made it
-    /// again (a new inode) or the handle's own steps touched it: with one
-    /// storage object per HBA folder, as rtslib and this crate make them, an
-    /// export does not list every HBA folder. [`Lio::read`] lists them all.
     pub fn apply(&self, desired: &State) -> Result<Vec<Step>, Error> {
         // Whether a desired storage object is new is known from the listing
         // of the HBA folders, which the index allocation needs too: it is
@@ -189,8 +179,7 @@ impl Lio {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (present, scan) =
-                read::read_scoped_scan(&self.tree, desired, Some(&self.listings))?;
+            let (present, scan) = read::read_scoped_scan(&self.tree, desired)?;
             let creates = desired
                 .storage_objects
                 .keys()
@@ -205,7 +194,7 @@ impl Lio {
                 // Creating the fabric folder loads iscsi_target_mod's tree.
                 steps.insert(0, Step::mkdir("iscsi"));
             }
-            match self.run(&steps) {
+            match self.tree.run(&steps) {
                 Ok(()) => return Ok(steps),
                 Err(e) if attempt < 3 && lost_hba_race(&e) => {}
                 Err(e) => {
@@ -214,14 +203,6 @@ impl Lio {
                 }
             }
         }
-    }
-
-    /// Runs `steps`, then forgets the listings of the HBA folders they
-    /// touch, whether they all ran or not.
-    fn run(&self, steps: &[Step]) -> Result<(), configfs::Error> {
-        let ran = self.tree.run(steps);
-        self.listings.forget_touched(steps);
-        ran
     }
 
     /// Removes the iblock HBA folders `empty` that hold no storage object:
@@ -235,7 +216,7 @@ impl Lio {
         used: &mut std::collections::BTreeSet<u32>,
     ) -> Result<(), Error> {
         for hba in empty {
-            self.run(&[Step::rmdir(plan::hba_dir(*hba))])?;
+            self.tree.run(&[Step::rmdir(plan::hba_dir(*hba))])?;
             used.remove(hba);
         }
         Ok(())
@@ -252,13 +233,13 @@ impl Lio {
                 .read_attr(&format!("{dir}/enable"))
                 .is_ok_and(|v| v.trim() == "1");
             if self.tree.exists(&dir) && !enabled {
-                let _ = self.run(&[Step::rmdir(dir)]);
+                let _ = self.tree.run(&[Step::rmdir(dir)]);
             }
             let hba_dir = plan::hba_dir(*hba);
             if self.tree.exists(&hba_dir)
                 && self.tree.children(&hba_dir).is_ok_and(|c| c.is_empty())
             {
-                let _ = self.run(&[Step::rmdir(hba_dir)]);
+                let _ = self.tree.run(&[Step::rmdir(hba_dir)]);
             }
         }
     }
@@ -272,7 +253,7 @@ impl Lio {
         };
         if !teardown.storage_objects.is_empty() {
             let only = teardown.storage_objects.iter().collect();
-            let scan = read::scan(&self.tree, Some(&only), Some(&self.listings))?;
+            let scan = read::scan(&self.tree, Some(&only))?;
             // A storage object is not removed while a LUN of a target not
             // torn down serves it. The kernel counts the LUNs serving each
             // (of any fabric): only when it counts more than the targets
@@ -319,7 +300,7 @@ impl Lio {
             }
         }
         let steps = plan_teardown(&present, teardown)?;
-        self.run(&steps)?;
+        self.tree.run(&steps)?;
         Ok(steps)
     }
 }

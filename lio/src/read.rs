@@ -1,7 +1,6 @@
 //! Reading the present LIO state back from configfs.
 use crate::{
     error::Error,
-    listings::Listings,
     model::{Acl, Chap, MappedLun, State, StorageObject, Target, Tpg, TpgAttributes, TpgLun},
     names::{parse_portal, Iqn, Lun, StorageObjectName, Tpgt},
     plan::{so_dir, target_dir, tpg_dir},
@@ -38,7 +37,7 @@ pub(crate) fn read_storage_objects_of(
     tree: &Tree,
     only: Option<&BTreeSet<&StorageObjectName>>,
 ) -> Result<BTreeMap<StorageObjectName, StorageObject>, Error> {
-    Ok(scan(tree, only, None)?.objects)
+    Ok(scan(tree, only)?.objects)
 }
 
 /// What one listing of the HBA folders finds.
@@ -58,23 +57,15 @@ pub(crate) struct Scan {
 /// in `only` (all when `None`) read whole, every object's HBA, the indexes
 /// in use and the empty iblock HBAs. A name under two HBAs is an error,
 /// since rtslib and this crate identify an iblock object by its name.
-///
-/// With `listings`, an HBA folder listed before and not made again since is
-/// not listed again (see [`Listings`]).
 pub(crate) fn scan(
     tree: &Tree,
     only: Option<&BTreeSet<&StorageObjectName>>,
-    listings: Option<&Listings>,
 ) -> Result<Scan, Error> {
     let mut out = Scan::default();
     let Some(core) = tree.folder("core")? else {
         return Ok(out);
     };
-    let hbas = core.list_with_inodes()?;
-    if let Some(listings) = listings {
-        listings.keep_only(&hbas);
-    }
-    for (hba_name, ino) in hbas {
+    for hba_name in core.list()? {
         if let Some(n) = hba_name.rsplit_once('_').and_then(|(_, n)| n.parse().ok()) {
             out.used.insert(n);
         }
@@ -85,10 +76,7 @@ pub(crate) fn scan(
             continue;
         };
         // Listed through the open `core` folder: a short lookup per HBA.
-        let names = match listings {
-            Some(listings) => listings.children(&core, &hba_name, ino)?,
-            None => core.children(&hba_name)?,
-        };
+        let names = core.children(&hba_name)?;
         if names.is_empty() {
             out.empty.push(hba);
         }
@@ -337,7 +325,7 @@ pub(crate) fn read_all(tree: &Tree) -> Result<State, Error> {
 /// objects its LUNs serve: the cost does not grow with unrelated objects
 /// beyond listing the HBA folders.
 pub(crate) fn read_scoped(tree: &Tree, desired: &State) -> Result<State, Error> {
-    Ok(read_scoped_scan(tree, desired, None)?.0)
+    Ok(read_scoped_scan(tree, desired)?.0)
 }
 
 /// The targets named in `iqns` that are present.
@@ -355,11 +343,7 @@ pub(crate) fn read_targets_named<'a>(
 }
 
 /// [`read_scoped`], with the [`Scan`] of the HBA folders it made.
-pub(crate) fn read_scoped_scan(
-    tree: &Tree,
-    desired: &State,
-    listings: Option<&Listings>,
-) -> Result<(State, Scan), Error> {
+pub(crate) fn read_scoped_scan(tree: &Tree, desired: &State) -> Result<(State, Scan), Error> {
     let targets = read_targets_named(tree, desired.targets.keys())?;
     let served = desired
         .targets
@@ -369,7 +353,7 @@ pub(crate) fn read_scoped_scan(
         .map(|l| &l.storage_object);
     let wanted: BTreeSet<&StorageObjectName> =
         desired.storage_objects.keys().chain(served).collect();
-    let mut scan = scan(tree, Some(&wanted), listings)?;
+    let mut scan = scan(tree, Some(&wanted))?;
     let state = State {
         storage_objects: std::mem::take(&mut scan.objects),
         targets,
