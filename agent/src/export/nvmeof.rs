@@ -131,8 +131,9 @@ impl NvmetExporter {
             }
             match run(&planned) {
                 Ok(()) => Ok(Some(planned)),
-                // The port it trusted is gone (removed by another tool):
-                // made again, alone, from a whole read of the ports.
+                // A run on trusted ports failed: the port may be gone
+                // (removed by another tool). Planned again, alone, from a
+                // whole read of the ports; any other failure comes back.
                 Err(e) if planned.trusted_ports() => {
                     info!(subsystem = %nqn, error = %e, "export planned on a trusted port failed; planning it again from a read of the ports");
                     Ok(None)
