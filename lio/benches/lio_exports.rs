@@ -25,7 +25,7 @@ use std::{
 };
 
 /// Blocks of the floor comparison, and exports in each block.
-const BLOCKS: usize = 10;
+const BLOCKS: usize = 20;
 const PER_BLOCK: usize = 5;
 /// Exports made at once by the concurrent peer and by ours.
 const CONCURRENT: usize = 50;

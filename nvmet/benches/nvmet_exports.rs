@@ -397,8 +397,10 @@ fn at_scale(target: &Nvmet, device: &str) -> Result<()> {
     Ok(())
 }
 
-/// Blocks of the floor comparison, and exports in each block.
-const BLOCKS: usize = 10;
+/// Blocks of the floor comparison, and exports in each block: an export
+/// takes about a millisecond in the lab, so many short blocks, compared in
+/// pairs.
+const BLOCKS: usize = 40;
 const PER_BLOCK: usize = 5;
 /// Exports made at once by the concurrent peer and by ours.
 const CONCURRENT: usize = 50;

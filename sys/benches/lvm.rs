@@ -91,6 +91,7 @@ impl Floors {
             ours: Duration::ZERO,
             floor: Duration::ZERO,
             n: 0,
+            pairs: None,
         };
         Self {
             linear_create: zero,

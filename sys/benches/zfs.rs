@@ -92,6 +92,7 @@ impl Three {
             ours: self.ours,
             floor: self.floor,
             n: self.n,
+            pairs: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Configfs exports against their floor and their peers: steps made bare
 //! (the floor) or by a shell script (the peer), rounds that alternate what
 //! they time, and the driver the nvmet and LIO benches share.
-use super::{ms, percentile, processes_at_once, threads_at_once, Floor};
+use super::{ms, percentile, processes_at_once, threads_at_once, Floor, Pairs};
 use crate::Result;
 use nvmet::Step;
 use std::{
@@ -107,13 +107,13 @@ pub fn bash_command(script: &str) -> Command {
 /// the works alternating inside every round and the one that goes first
 /// rotating from round to round, so that a change of the host's load hits
 /// them all alike. Operation `k` (0 to `blocks * per_block`) of each work
-/// is `work[w](k)`; the total time of each work.
+/// is `work[w](k)`; the time of each block of each work.
 pub fn alternating(
     blocks: usize,
     per_block: usize,
     work: &mut [&mut dyn FnMut(usize) -> Result<()>],
-) -> Result<Vec<Duration>> {
-    let mut totals = vec![Duration::ZERO; work.len()];
+) -> Result<Vec<Vec<Duration>>> {
+    let mut times = vec![Vec::with_capacity(blocks); work.len()];
     for b in 0..blocks {
         for j in 0..work.len() {
             let w = (b + j) % work.len();
@@ -121,10 +121,24 @@ pub fn alternating(
             for k in b * per_block..(b + 1) * per_block {
                 work[w](k)?;
             }
-            totals[w] += start.elapsed();
+            times[w].push(start.elapsed());
         }
     }
-    Ok(totals)
+    Ok(times)
+}
+
+/// Ours (the blocks of `times[0]`) against the floor (`times[1]`) as
+/// [`alternating`] timed them, `n` operations each.
+fn paired_floor(times: &[Vec<Duration>], n: usize) -> Result<Floor> {
+    let [ours, floor] = times else {
+        return Err(format!("{} works timed, expected ours and the floor", times.len()).into());
+    };
+    Ok(Floor {
+        ours: ours.iter().sum(),
+        floor: floor.iter().sum(),
+        n,
+        pairs: Pairs::of(ours, floor),
+    })
 }
 
 /// One kind of export a benchmark compares with its floor and its peers:
@@ -299,16 +313,8 @@ fn floor_and_peers_anchored(
     expect("threads", concurrent)?;
     clear("threads")?;
     Ok(PeerFigures {
-        export: Floor {
-            ours: up[0],
-            floor: up[1],
-            n,
-        },
-        unexport: Floor {
-            ours: down[0],
-            floor: down[1],
-            n,
-        },
+        export: paired_floor(&up, n)?,
+        unexport: paired_floor(&down, n)?,
         shell_in_turn,
         shell_at_once,
         ours_at_once,
@@ -346,7 +352,7 @@ mod tests {
     #[test]
     fn alternating_rounds_give_each_work_every_operation() -> Result<()> {
         let (mut a, mut b) = (Vec::new(), Vec::new());
-        let totals = alternating(
+        let times = alternating(
             3,
             2,
             &mut [
@@ -360,9 +366,33 @@ mod tests {
                 },
             ],
         )?;
-        assert_eq!(totals.len(), 2);
+        assert_eq!(times.len(), 2);
+        assert!(times.iter().all(|blocks| blocks.len() == 3));
         assert_eq!(a, (0..6).collect::<Vec<_>>());
         assert_eq!(b, a);
         Ok(())
+    }
+
+    #[test]
+    fn one_slow_block_moves_the_total_but_not_the_median_pair() -> Result<()> {
+        let ms = Duration::from_millis;
+        let ours = [ms(11), ms(11), ms(30), ms(11), ms(11)];
+        let floor = [ms(10); 5];
+        let floor = paired_floor(&[ours.to_vec(), floor.to_vec()], 25)?;
+        assert!(floor.ratio() > 1.4, "{}", floor.ratio());
+        let pairs = floor.pairs.ok_or("no pairs")?;
+        assert_eq!(pairs.count, 5);
+        assert!((pairs.median - 1.1).abs() < 1e-9, "{pairs:?}");
+        assert!((pairs.low - 1.1).abs() < 1e-9 && (pairs.high - 3.0).abs() < 1e-9);
+        assert!(paired_floor(&[ours.to_vec()], 5).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn an_even_number_of_pairs_has_the_middle_two_for_median() {
+        let ms = Duration::from_millis;
+        let pairs = Pairs::of(&[ms(10), ms(30)], &[ms(10), ms(10)]);
+        assert!(pairs.is_some_and(|p| (p.median - 2.0).abs() < 1e-9));
+        assert!(Pairs::of(&[], &[]).is_none());
     }
 }
