@@ -210,22 +210,35 @@ impl Backend for ZfsBackend {
             }
             Err(e) => return Err(e.into()),
         }
-        // The size is the one just made; only the new GUID is read.
+        // The size is the one just made; only the new GUID is read, beside
+        // the wait for the device node: while many zvols are being made,
+        // both wait seconds for the pool (the read for its namespace and
+        // configuration locks, the node for udev, whose first open of each
+        // new zvol needs the same locks), and one after the other would
+        // add the two.
+        let (guid, device) = std::thread::scope(|s| {
+            let guid = s.spawn(|| self.zfs.volume_guid(&name));
+            let device = self.zfs.wait_device(&name, DEVICE_TIMEOUT);
+            let guid = guid
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (guid, device)
+        });
         let stats = VolumeStats {
             volsize: spec.size,
-            guid: self.zfs.volume_guid(&name)?,
+            guid: guid?,
         };
-        let record = Self::record(&name, stats);
-        // Wait for the device node, but a slow udev never turns a created
-        // volume into a failed create: export waits for the node again.
-        let state = match self.state(&name, stats, true) {
-            Ok(state) => state,
-            Err(e) => {
-                tracing::warn!(volume = %name, error = %e, "created; its device node is not there yet");
-                self.state(&name, stats, false)?
-            }
+        // A slow udev never turns a created volume into a failed create:
+        // export waits for the node again.
+        let device_path = device.unwrap_or_else(|e| {
+            tracing::warn!(volume = %name, error = %e, "created; its device node is not there yet");
+            Zfs::device_path(&name)
+        });
+        let state = VolumeState {
+            capacity_bytes: stats.volsize,
+            device_path,
         };
-        Ok((record, state))
+        Ok((Self::record(&name, stats), state))
     }
 
     fn lookup(&self, at: &BackendRecord) -> Result<Option<VolumeState>, AgentError> {
