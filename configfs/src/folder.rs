@@ -116,6 +116,13 @@ impl Folder {
         children_at(self.fd.as_fd(), Path::new("."), self.path.clone())
     }
 
+    /// [`Folder::list`] (sorted by name), each name with its inode number. configfs gives a
+    /// folder made again a new inode, so an unchanged number is the same
+    /// object as at an earlier listing.
+    pub fn list_with_inodes(&self) -> Result<Vec<(String, u64)>, Error> {
+        entries_at(self.fd.as_fd(), Path::new("."), self.path.clone())
+    }
+
     /// The names of the entries (objects or links) in the folder at `rel`,
     /// sorted; an absent folder has none.
     pub fn children(&self, rel: &str) -> Result<Vec<String>, Error> {
@@ -202,6 +209,14 @@ pub(crate) fn children_at(
     at: &Path,
     path: PathBuf,
 ) -> Result<Vec<String>, Error> {
+    Ok(entries_at(dir, at, path)?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect())
+}
+
+/// [`children_at`], each name with the inode number the listing gives it.
+fn entries_at(dir: BorrowedFd<'_>, at: &Path, path: PathBuf) -> Result<Vec<(String, u64)>, Error> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
     let fd = match openat(dir, at, flags, Mode::empty()) {
         Ok(fd) => fd,
@@ -230,7 +245,7 @@ pub(crate) fn children_at(
             ty => ty,
         };
         if matches!(ty, FileType::Directory | FileType::Symlink) {
-            names.push(name);
+            names.push((name, entry.ino()));
         }
     }
     names.sort();

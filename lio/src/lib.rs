@@ -62,6 +62,8 @@
 //! ```
 
 mod error;
+mod listings;
+mod lock;
 mod model;
 mod names;
 mod plan;
@@ -82,7 +84,6 @@ pub use revoke::{leaves_demo_mode, targets_leaving_demo_mode, Revoked};
 use configfs::{StepKind, Tree};
 use std::{
     collections::BTreeMap,
-    fs,
     path::{Path, PathBuf},
 };
 
@@ -99,7 +100,11 @@ const MAX_HBA_INDEX: u32 = 1_048_575;
 #[derive(Debug, Clone)]
 pub struct Lio {
     tree: Tree,
-    lock_file: PathBuf,
+    /// The backstore lock file, kept open; shared by the handle's clones,
+    /// which write the same tree.
+    lock_file: std::sync::Arc<lock::LockFile>,
+    /// What each HBA folder held when last listed; shared likewise.
+    listings: std::sync::Arc<listings::Listings>,
 }
 
 impl Lio {
@@ -118,14 +123,15 @@ impl Lio {
     pub fn with_tree(tree: Tree) -> Self {
         Self {
             tree,
-            lock_file: DEFAULT_LOCK_FILE.into(),
+            lock_file: std::sync::Arc::new(lock::LockFile::new(DEFAULT_LOCK_FILE)),
+            listings: Default::default(),
         }
     }
 
     /// Uses another lock file for backstore index allocation (the default is
     /// rtslib-fb's, [`DEFAULT_LOCK_FILE`]).
     pub fn with_lock_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.lock_file = path.into();
+        self.lock_file = std::sync::Arc::new(lock::LockFile::new(path));
         self
     }
 
@@ -166,6 +172,12 @@ impl Lio {
     /// that ignores the lock takes the same index first, the apply is
     /// planned again. A new storage object the kernel refuses to configure
     /// (its device is missing or busy) is removed again.
+    ///
+    /// The handle (and its clones) keeps what each HBA folder held when it
+    /// last listed it, and lists a folder again only when configfs made it
+    /// again (a new inode) or the handle's own steps touched it: with one
+    /// storage object per HBA folder, as rtslib and this crate make them, an
+    /// export does not list every HBA folder. [`Lio::read`] lists them all.
     pub fn apply(&self, desired: &State) -> Result<Vec<Step>, Error> {
         // Whether a desired storage object is new is known from the listing
         // of the HBA folders, which the index allocation needs too: it is
@@ -174,12 +186,13 @@ impl Lio {
         let _lock = if desired.storage_objects.is_empty() {
             None
         } else {
-            Some(BackstoreLock::take(&self.lock_file)?)
+            Some(self.lock_file.take()?)
         };
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (present, scan) = read::read_scoped_scan(&self.tree, desired)?;
+            let (present, scan) =
+                read::read_scoped_scan(&self.tree, desired, Some(&self.listings))?;
             let creates = desired
                 .storage_objects
                 .keys()
@@ -194,7 +207,7 @@ impl Lio {
                 // Creating the fabric folder loads iscsi_target_mod's tree.
                 steps.insert(0, Step::mkdir("iscsi"));
             }
-            match self.tree.run(&steps) {
+            match self.run(&steps) {
                 Ok(()) => return Ok(steps),
                 Err(e) if attempt < 3 && lost_hba_race(&e) => {}
                 Err(e) => {
@@ -203,6 +216,14 @@ impl Lio {
                 }
             }
         }
+    }
+
+    /// Runs `steps`, then forgets the listings of the HBA folders they
+    /// touch, whether they all ran or not.
+    fn run(&self, steps: &[Step]) -> Result<(), configfs::Error> {
+        let ran = self.tree.run(steps);
+        self.listings.forget_touched(steps);
+        ran
     }
 
     /// Removes the iblock HBA folders `empty` that hold no storage object:
@@ -216,7 +237,7 @@ impl Lio {
         used: &mut std::collections::BTreeSet<u32>,
     ) -> Result<(), Error> {
         for hba in empty {
-            self.tree.run(&[Step::rmdir(plan::hba_dir(*hba))])?;
+            self.run(&[Step::rmdir(plan::hba_dir(*hba))])?;
             used.remove(hba);
         }
         Ok(())
@@ -233,13 +254,13 @@ impl Lio {
                 .read_attr(&format!("{dir}/enable"))
                 .is_ok_and(|v| v.trim() == "1");
             if self.tree.exists(&dir) && !enabled {
-                let _ = self.tree.run(&[Step::rmdir(dir)]);
+                let _ = self.run(&[Step::rmdir(dir)]);
             }
             let hba_dir = plan::hba_dir(*hba);
             if self.tree.exists(&hba_dir)
                 && self.tree.children(&hba_dir).is_ok_and(|c| c.is_empty())
             {
-                let _ = self.tree.run(&[Step::rmdir(hba_dir)]);
+                let _ = self.run(&[Step::rmdir(hba_dir)]);
             }
         }
     }
@@ -253,7 +274,7 @@ impl Lio {
         };
         if !teardown.storage_objects.is_empty() {
             let only = teardown.storage_objects.iter().collect();
-            let scan = read::scan(&self.tree, Some(&only))?;
+            let scan = read::scan(&self.tree, Some(&only), Some(&self.listings))?;
             // A storage object is not removed while a LUN of a target not
             // torn down serves it. The kernel counts the LUNs serving each
             // (of any fabric): only when it counts more than the targets
@@ -300,7 +321,7 @@ impl Lio {
             }
         }
         let steps = plan_teardown(&present, teardown)?;
-        self.tree.run(&steps)?;
+        self.run(&steps)?;
         Ok(steps)
     }
 }
@@ -339,37 +360,10 @@ fn lost_hba_race(e: &configfs::Error) -> bool {
     is_hba && e.errno() == Some(17)
 }
 
-/// rtslib-fb's backstore lock: an exclusive `flock` on its lock file, held
-/// while a new HBA index is chosen and created; released when dropped.
-#[derive(Debug)]
-struct BackstoreLock {
-    _file: fs::File,
-}
-
-impl BackstoreLock {
-    fn take(path: &Path) -> Result<Self, Error> {
-        let err = |source| Error::Lock {
-            path: path.to_owned(),
-            source,
-        };
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).map_err(err)?;
-        }
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(err)?;
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| err(e.into()))?;
-        Ok(Self { _file: file })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn apply_allocates_the_lowest_free_index_and_undoes_a_refused_object(

@@ -1,6 +1,7 @@
 //! Reading the present LIO state back from configfs.
 use crate::{
     error::Error,
+    listings::Listings,
     model::{Acl, Chap, MappedLun, State, StorageObject, Target, Tpg, TpgAttributes, TpgLun},
     names::{parse_portal, Iqn, Lun, StorageObjectName, Tpgt},
     plan::{so_dir, target_dir, tpg_dir},
@@ -37,7 +38,7 @@ pub(crate) fn read_storage_objects_of(
     tree: &Tree,
     only: Option<&BTreeSet<&StorageObjectName>>,
 ) -> Result<BTreeMap<StorageObjectName, StorageObject>, Error> {
-    Ok(scan(tree, only)?.objects)
+    Ok(scan(tree, only, None)?.objects)
 }
 
 /// What one listing of the HBA folders finds.
@@ -57,15 +58,37 @@ pub(crate) struct Scan {
 /// in `only` (all when `None`) read whole, every object's HBA, the indexes
 /// in use and the empty iblock HBAs. A name under two HBAs is an error,
 /// since rtslib and this crate identify an iblock object by its name.
+///
+/// With `listings`, an HBA folder listed before and not made again since is
+/// not listed again (see [`Listings`]); a scan that fails forgets every
+/// listing, so that one gone stale (another writer's change inside a folder
+/// it did not make again) is not met twice.
 pub(crate) fn scan(
     tree: &Tree,
     only: Option<&BTreeSet<&StorageObjectName>>,
+    listings: Option<&Listings>,
+) -> Result<Scan, Error> {
+    let scanned = scan_listed(tree, only, listings);
+    if let (Err(_), Some(listings)) = (&scanned, listings) {
+        listings.forget_all();
+    }
+    scanned
+}
+
+fn scan_listed(
+    tree: &Tree,
+    only: Option<&BTreeSet<&StorageObjectName>>,
+    listings: Option<&Listings>,
 ) -> Result<Scan, Error> {
     let mut out = Scan::default();
     let Some(core) = tree.folder("core")? else {
         return Ok(out);
     };
-    for hba_name in core.list()? {
+    let hbas = core.list_with_inodes()?;
+    if let Some(listings) = listings {
+        listings.keep_only(&hbas);
+    }
+    for (hba_name, ino) in hbas {
         if let Some(n) = hba_name.rsplit_once('_').and_then(|(_, n)| n.parse().ok()) {
             out.used.insert(n);
         }
@@ -76,7 +99,10 @@ pub(crate) fn scan(
             continue;
         };
         // Listed through the open `core` folder: a short lookup per HBA.
-        let names = core.children(&hba_name)?;
+        let names = match listings {
+            Some(listings) => listings.children(&core, &hba_name, ino)?,
+            None => core.children(&hba_name)?,
+        };
         if names.is_empty() {
             out.empty.push(hba);
         }
@@ -325,7 +351,7 @@ pub(crate) fn read_all(tree: &Tree) -> Result<State, Error> {
 /// objects its LUNs serve: the cost does not grow with unrelated objects
 /// beyond listing the HBA folders.
 pub(crate) fn read_scoped(tree: &Tree, desired: &State) -> Result<State, Error> {
-    Ok(read_scoped_scan(tree, desired)?.0)
+    Ok(read_scoped_scan(tree, desired, None)?.0)
 }
 
 /// The targets named in `iqns` that are present.
@@ -343,7 +369,11 @@ pub(crate) fn read_targets_named<'a>(
 }
 
 /// [`read_scoped`], with the [`Scan`] of the HBA folders it made.
-pub(crate) fn read_scoped_scan(tree: &Tree, desired: &State) -> Result<(State, Scan), Error> {
+pub(crate) fn read_scoped_scan(
+    tree: &Tree,
+    desired: &State,
+    listings: Option<&Listings>,
+) -> Result<(State, Scan), Error> {
     let targets = read_targets_named(tree, desired.targets.keys())?;
     let served = desired
         .targets
@@ -353,7 +383,7 @@ pub(crate) fn read_scoped_scan(tree: &Tree, desired: &State) -> Result<(State, S
         .map(|l| &l.storage_object);
     let wanted: BTreeSet<&StorageObjectName> =
         desired.storage_objects.keys().chain(served).collect();
-    let mut scan = scan(tree, Some(&wanted))?;
+    let mut scan = scan(tree, Some(&wanted), listings)?;
     let state = State {
         storage_objects: std::mem::take(&mut scan.objects),
         targets,
