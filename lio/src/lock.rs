@@ -10,7 +10,7 @@
 use crate::error::Error;
 use std::{
     fs,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::{Mutex, MutexGuard},
 };
 
@@ -43,7 +43,7 @@ impl LockFile {
         loop {
             let held = match file.take() {
                 Some(f) => f,
-                None => open(&self.path)?,
+                None => self.open()?,
             };
             rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive)
                 .map_err(|e| self.error(e.into()))?;
@@ -56,6 +56,24 @@ impl LockFile {
                 return Ok(BackstoreLock { file });
             }
             // Removed meanwhile: dropping it releases its lock.
+        }
+    }
+
+    /// Opens (creates) the lock file, its folder made when missing.
+    fn open(&self) -> Result<fs::File, Error> {
+        let options = || {
+            let mut o = fs::OpenOptions::new();
+            o.create(true).truncate(false).write(true);
+            o
+        };
+        match options().open(&self.path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = self.path.parent() {
+                    fs::create_dir_all(dir).map_err(|e| self.error(e))?;
+                }
+                options().open(&self.path).map_err(|e| self.error(e))
+            }
+            opened => opened.map_err(|e| self.error(e)),
         }
     }
 
@@ -77,31 +95,10 @@ impl Drop for BackstoreLock<'_> {
     }
 }
 
-/// Opens (creates) the lock file at `path`, its folder made when missing.
-fn open(path: &Path) -> Result<fs::File, Error> {
-    let err = |source| Error::Lock {
-        path: path.to_owned(),
-        source,
-    };
-    let options = || {
-        let mut o = fs::OpenOptions::new();
-        o.create(true).truncate(false).write(true);
-        o
-    };
-    match options().open(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            if let Some(dir) = path.parent() {
-                fs::create_dir_all(dir).map_err(err)?;
-            }
-            options().open(path).map_err(err)
-        }
-        opened => opened.map_err(err),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn locked_elsewhere(path: &Path) -> Result<bool, Box<dyn std::error::Error>> {
         let other = fs::File::open(path)?;
