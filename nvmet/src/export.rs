@@ -13,9 +13,9 @@ use crate::{
     error::Error,
     model::{State, Subsystem},
     names::Nqn,
-    plan::{port_dir, subsystem_dir},
+    plan::{link_path, port_dir, subsystem_dir},
     read::present_hosts,
-    revoke::{link_path, RevokingPlan},
+    revoke::RevokingPlan,
     Nvmet,
 };
 use configfs::Step;
@@ -169,8 +169,9 @@ impl Nvmet {
                 continue;
             }
             let mut port = want.clone();
-            port.subsystems
-                .retain(|n| !(made && n == nqn) && self.tree().exists(&link_path(*id, n)));
+            port.subsystems.retain(|n| {
+                !(made && n == nqn) && self.tree().exists(&link_path(&port_dir(*id), n))
+            });
             present.ports.insert(*id, port);
         }
         Ok(present)

@@ -13,12 +13,23 @@ use crate::{
 use configfs::Step;
 use std::collections::BTreeSet;
 
+/// `parts` joined by `/`, in one allocation: a plan makes a dozen paths
+/// per export, and `format!` grows each string as it writes it.
+pub(crate) fn path(parts: &[&str]) -> String {
+    parts.join("/")
+}
+
 pub(crate) fn subsystem_dir(nqn: &Nqn) -> String {
-    format!("subsystems/{nqn}")
+    path(&["subsystems", nqn.as_str()])
 }
 
 pub(crate) fn port_dir(id: PortId) -> String {
     format!("ports/{id}")
+}
+
+/// The link to subsystem `nqn` in the port folder `port_dir`.
+pub(crate) fn link_path(port_dir: &str, nqn: &Nqn) -> String {
+    path(&[port_dir, "subsystems", nqn.as_str()])
 }
 
 /// The steps that turn `present` into `desired` for the objects `desired` names.
@@ -35,7 +46,7 @@ pub fn plan_apply(present: &State, desired: &State) -> Result<Vec<Step>, Error> 
         .collect();
     for host in wanted_hosts {
         if !present.hosts.contains(host) {
-            steps.push(Step::mkdir(format!("hosts/{host}")));
+            steps.push(Step::mkdir(path(&["hosts", host.as_str()])));
         }
     }
     for (nqn, want) in &desired.subsystems {
@@ -82,27 +93,27 @@ fn plan_subsystem(
     ] {
         if let Some(value) = wanted {
             if present.as_ref() != Some(value) {
-                steps.push(Step::write(format!("{dir}/{attr}"), value.as_str()));
+                steps.push(Step::write(path(&[&dir, attr]), value.as_str()));
             }
         }
     }
     for host in have.allowed_hosts.difference(&want.allowed_hosts) {
-        steps.push(Step::unlink(format!("{dir}/allowed_hosts/{host}")));
+        steps.push(Step::unlink(path(&[&dir, "allowed_hosts", host.as_str()])));
     }
     if want.allow_any_host != have.allow_any_host {
         steps.push(Step::write(
-            format!("{dir}/attr_allow_any_host"),
+            path(&[&dir, "attr_allow_any_host"]),
             if want.allow_any_host { "1" } else { "0" },
         ));
     }
     for host in want.allowed_hosts.difference(&have.allowed_hosts) {
         steps.push(Step::symlink(
-            format!("hosts/{host}"),
-            format!("{dir}/allowed_hosts/{host}"),
+            path(&["hosts", host.as_str()]),
+            path(&[&dir, "allowed_hosts", host.as_str()]),
         ));
     }
     for (nsid, ns) in &want.namespaces {
-        let ns_dir = format!("{dir}/namespaces/{nsid}");
+        let ns_dir = path(&[&dir, "namespaces", &nsid.to_string()]);
         check_namespace(nqn, ns)?;
         let blank = Namespace::default();
         let have_ns = match have.namespaces.get(nsid) {
@@ -115,7 +126,7 @@ fn plan_subsystem(
         let mut writes = Vec::new();
         if have_ns.device_path != ns.device_path {
             writes.push(Step::write(
-                format!("{ns_dir}/device_path"),
+                path(&[&ns_dir, "device_path"]),
                 ns.device_path.to_string_lossy(),
             ));
         }
@@ -125,17 +136,17 @@ fn plan_subsystem(
         ] {
             if let Some(value) = wanted {
                 if present.as_ref() != Some(value) {
-                    writes.push(Step::write(format!("{ns_dir}/{attr}"), value.as_str()));
+                    writes.push(Step::write(path(&[&ns_dir, attr]), value.as_str()));
                 }
             }
         }
         let reconfigure = !writes.is_empty();
         if have_ns.enabled && (reconfigure || !ns.enabled) {
-            steps.push(Step::write(format!("{ns_dir}/enable"), "0"));
+            steps.push(Step::write(path(&[&ns_dir, "enable"]), "0"));
         }
         steps.extend(writes);
         if ns.enabled && (reconfigure || !have_ns.enabled) {
-            steps.push(Step::write(format!("{ns_dir}/enable"), "1"));
+            steps.push(Step::write(path(&[&ns_dir, "enable"]), "1"));
         }
     }
     for (nsid, ns) in &have.namespaces {
@@ -147,9 +158,9 @@ fn plan_subsystem(
 }
 
 fn remove_namespace(dir: &str, nsid: crate::Nsid, ns: &Namespace, steps: &mut Vec<Step>) {
-    let ns_dir = format!("{dir}/namespaces/{nsid}");
+    let ns_dir = path(&[dir, "namespaces", &nsid.to_string()]);
     if ns.enabled {
-        steps.push(Step::write(format!("{ns_dir}/enable"), "0"));
+        steps.push(Step::write(path(&[&ns_dir, "enable"]), "0"));
     }
     steps.push(Step::rmdir(ns_dir));
 }
@@ -173,18 +184,18 @@ fn plan_port(
     });
     if !same_addr {
         attrs.push(Step::write(
-            format!("{dir}/addr_trtype"),
+            path(&[&dir, "addr_trtype"]),
             want.transport.as_str(),
         ));
         if let Some(addr) = want.address {
             let family = if addr.is_ipv4() { "ipv4" } else { "ipv6" };
-            attrs.push(Step::write(format!("{dir}/addr_adrfam"), family));
+            attrs.push(Step::write(path(&[&dir, "addr_adrfam"]), family));
             attrs.push(Step::write(
-                format!("{dir}/addr_traddr"),
+                path(&[&dir, "addr_traddr"]),
                 addr.ip().to_string(),
             ));
             attrs.push(Step::write(
-                format!("{dir}/addr_trsvcid"),
+                path(&[&dir, "addr_trsvcid"]),
                 addr.port().to_string(),
             ));
         } else if want.transport != crate::Transport::Loop {
@@ -208,14 +219,14 @@ fn plan_port(
     ] {
         if let Some(value) = wanted {
             if present != Some(value) {
-                attrs.push(Step::write(format!("{dir}/{attr}"), value.to_string()));
+                attrs.push(Step::write(path(&[&dir, attr]), value.to_string()));
             }
         }
     }
     let none = std::collections::BTreeSet::new();
     let linked = have.map_or(&none, |h| &h.subsystems);
-    let link = |nqn: &Nqn| Step::symlink(subsystem_dir(nqn), format!("{dir}/subsystems/{nqn}"));
-    let unlink = |nqn: &Nqn| Step::unlink(format!("{dir}/subsystems/{nqn}"));
+    let link = |nqn: &Nqn| Step::symlink(subsystem_dir(nqn), link_path(&dir, nqn));
+    let unlink = |nqn: &Nqn| Step::unlink(link_path(&dir, nqn));
     if have.is_none() {
         steps.push(Step::mkdir(&dir));
     }
@@ -253,7 +264,7 @@ pub fn plan_teardown(present: &State, teardown: &Teardown) -> Result<Vec<Step>, 
         let whole = teardown.ports.contains(id);
         for nqn in &port.subsystems {
             if whole || teardown.subsystems.contains(nqn) {
-                steps.push(Step::unlink(format!("{dir}/subsystems/{nqn}")));
+                steps.push(Step::unlink(link_path(&dir, nqn)));
             }
         }
         if whole {
@@ -266,7 +277,7 @@ pub fn plan_teardown(present: &State, teardown: &Teardown) -> Result<Vec<Step>, 
         };
         let dir = subsystem_dir(nqn);
         for host in &sub.allowed_hosts {
-            steps.push(Step::unlink(format!("{dir}/allowed_hosts/{host}")));
+            steps.push(Step::unlink(path(&[&dir, "allowed_hosts", host.as_str()])));
         }
         for (nsid, ns) in &sub.namespaces {
             remove_namespace(&dir, *nsid, ns, &mut steps);
@@ -286,7 +297,7 @@ pub fn plan_teardown(present: &State, teardown: &Teardown) -> Result<Vec<Step>, 
                 "host {host} is still allowed by subsystem {nqn}"
             )));
         }
-        steps.push(Step::rmdir(format!("hosts/{host}")));
+        steps.push(Step::rmdir(path(&["hosts", host.as_str()])));
     }
     Ok(steps)
 }

@@ -28,7 +28,7 @@ use crate::{
     error::Error,
     model::{State, Subsystem},
     names::{Nqn, PortId},
-    plan::{plan_apply, port_dir, subsystem_dir},
+    plan::{link_path, plan_apply, port_dir, subsystem_dir},
     read::{read_port, Links},
     Nvmet,
 };
@@ -80,11 +80,11 @@ pub fn plan_apply_revoking(present: &State, desired: &State) -> Result<RevokingP
     }
     let mut steps: Vec<Step> = cut_off
         .iter()
-        .map(|(id, nqn)| Step::unlink(link_path(*id, nqn)))
+        .map(|(id, nqn)| Step::unlink(link_path(&port_dir(*id), nqn)))
         .collect();
     steps.extend(plan_apply(&unlinked, desired)?);
     for (id, nqn) in &cut_off {
-        let relink = Step::symlink(subsystem_dir(nqn), link_path(*id, nqn));
+        let relink = Step::symlink(subsystem_dir(nqn), link_path(&port_dir(*id), nqn));
         if !steps.contains(&relink) {
             steps.push(relink);
         }
@@ -107,7 +107,8 @@ impl RevokingPlan {
                 || path
                     .strip_prefix("ports/")
                     .and_then(|rest| rest.split_once('/'))
-                    .is_some_and(|(_, link)| link == format!("subsystems/{nqn}"))
+                    .and_then(|(_, link)| link.strip_prefix("subsystems/"))
+                    .is_some_and(|link| link == nqn.as_str())
         };
         self.steps.iter().all(|step| match step {
             Step::Mkdir(p) | Step::Rmdir(p) | Step::Unlink(p) => own(p),
@@ -132,10 +133,6 @@ fn narrowed(present: &State, desired: &State) -> BTreeSet<Nqn> {
         })
         .map(|(nqn, _)| nqn.clone())
         .collect()
-}
-
-pub(crate) fn link_path(id: PortId, nqn: &Nqn) -> String {
-    format!("{}/subsystems/{nqn}", port_dir(id))
 }
 
 impl Nvmet {
