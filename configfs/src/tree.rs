@@ -3,11 +3,15 @@ use crate::{
     error::{Error, StepKind},
     folder::{absent_is_none, children_at, exists_at, link_target_at, parsed, read_attr_at},
 };
-use rustix::fs::CWD;
+use rustix::fs::{mkdirat, openat, symlinkat, unlinkat, AtFlags, Mode, OFlags, CWD};
 use std::{
-    fs,
-    io::{self, Write},
-    os::unix::fs::symlink,
+    borrow::Cow,
+    ffi::OsString,
+    fs, io,
+    os::{
+        fd::{AsFd, BorrowedFd},
+        unix::ffi::{OsStrExt, OsStringExt},
+    },
     path::{Component as PathComponent, Path, PathBuf},
     sync::Arc,
 };
@@ -63,6 +67,16 @@ impl Step {
     /// A [`Step::Rmdir`].
     pub fn rmdir(path: impl Into<String>) -> Self {
         Step::Rmdir(path.into())
+    }
+
+    /// The paths the step names: the one it acts on, and a link's target.
+    fn paths(&self) -> impl Iterator<Item = &str> {
+        let (first, target) = match self {
+            Step::Mkdir(p) | Step::Unlink(p) | Step::Rmdir(p) => (p, None),
+            Step::Write { path, .. } => (path, None),
+            Step::Symlink { target, link } => (link, Some(target)),
+        };
+        std::iter::once(first.as_str()).chain(target.map(String::as_str))
     }
 }
 
@@ -141,13 +155,52 @@ impl Tree {
                 rel: rel.to_owned(),
             });
         }
-        Ok(self.root.join(rel))
+        Ok(self.whole(rel))
+    }
+
+    /// The root and `rel` joined by one `/`: the bytes copied once, where
+    /// [`Path::join`] parses both (it cost more than the system call a step
+    /// makes with the path).
+    fn whole(&self, rel: &str) -> PathBuf {
+        let root = self.root.as_os_str().as_bytes();
+        let mut bytes = Vec::with_capacity(root.len() + 1 + rel.len());
+        bytes.extend_from_slice(root);
+        if !root.ends_with(b"/") {
+            bytes.push(b'/');
+        }
+        bytes.extend_from_slice(rel.as_bytes());
+        PathBuf::from(OsString::from_vec(bytes))
     }
 
     /// Runs `steps` in order, stopping at the first refused one.
+    ///
+    /// Every path is checked before any step runs: a plan with a path that
+    /// would leave the tree changes nothing. A run of several steps opens
+    /// the root once and names each object relative to it (`mkdirat`,
+    /// `openat`, `symlinkat`, `unlinkat`), so the kernel walks only the
+    /// part of each path inside the tree; a run of one step walks its whole
+    /// path instead, one system call in all. A link's target is given
+    /// whole, as configfs looks it up from the working directory.
     pub fn run(&self, steps: &[Step]) -> Result<(), Error> {
+        if let Some(rel) = steps.iter().flat_map(Step::paths).find(|p| escapes(p)) {
+            return Err(Error::Escape {
+                root: self.root.clone(),
+                rel: rel.to_owned(),
+            });
+        }
+        let root = match steps {
+            [] | [_] => None,
+            [first, ..] => {
+                // A missing root fails the first step, as a walk from `/` would.
+                let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                let fd = openat(CWD, &self.root, flags, Mode::empty())
+                    .map_err(|e| self.step_error(first, e.into()))?;
+                Some(fd)
+            }
+        };
+        let root = root.as_ref().map(|fd| fd.as_fd());
         steps.iter().try_for_each(|s| {
-            self.run_step(s)?;
+            self.run_step(root, s).map_err(|e| self.step_error(s, e))?;
             if let Some(hook) = &self.hook {
                 hook(s);
             }
@@ -155,36 +208,43 @@ impl Tree {
         })
     }
 
-    fn run_step(&self, step: &Step) -> Result<(), Error> {
-        let (kind, path, result) = match step {
-            Step::Mkdir(p) => {
-                let path = self.path(p)?;
-                let r = fs::create_dir(&path);
-                (StepKind::Mkdir, path, r)
-            }
-            Step::Write { path, value } => {
-                let path = self.path(path)?;
-                let r = write_once(&path, value.as_bytes());
-                (StepKind::Write, path, r)
-            }
-            Step::Symlink { target, link } => {
-                let target = self.path(target)?;
-                let path = self.path(link)?;
-                let r = symlink(&target, &path);
-                (StepKind::Symlink, path, r)
-            }
-            Step::Unlink(p) => {
-                let path = self.path(p)?;
-                let r = fs::remove_file(&path);
-                (StepKind::Unlink, path, r)
-            }
-            Step::Rmdir(p) => {
-                let path = self.path(p)?;
-                let r = fs::remove_dir(&path);
-                (StepKind::Rmdir, path, r)
-            }
+    /// Runs `step` from `root` when it is open, else from the working
+    /// directory with whole paths.
+    fn run_step(&self, root: Option<BorrowedFd<'_>>, step: &Step) -> io::Result<()> {
+        let dir = root.unwrap_or(CWD);
+        let at = |rel| self.step_path(root.is_some(), rel);
+        match step {
+            Step::Mkdir(p) => Ok(mkdirat(dir, &*at(p), Mode::from_raw_mode(0o777))?),
+            Step::Write { path, value } => write_once(dir, &at(path), value.as_bytes()),
+            Step::Symlink { target, link } => Ok(symlinkat(self.whole(target), dir, &*at(link))?),
+            Step::Unlink(p) => Ok(unlinkat(dir, &*at(p), AtFlags::empty())?),
+            Step::Rmdir(p) => Ok(unlinkat(dir, &*at(p), AtFlags::REMOVEDIR)?),
+        }
+    }
+
+    /// `rel` as a step names it: as it is from the open root, else whole.
+    fn step_path<'a>(&self, from_root: bool, rel: &'a str) -> Cow<'a, Path> {
+        if from_root {
+            Cow::Borrowed(Path::new(rel))
+        } else {
+            Cow::Owned(self.whole(rel))
+        }
+    }
+
+    /// The error of `step` refused with `source`, naming its full path.
+    fn step_error(&self, step: &Step, source: io::Error) -> Error {
+        let (kind, rel) = match step {
+            Step::Mkdir(p) => (StepKind::Mkdir, p),
+            Step::Write { path, .. } => (StepKind::Write, path),
+            Step::Symlink { link, .. } => (StepKind::Symlink, link),
+            Step::Unlink(p) => (StepKind::Unlink, p),
+            Step::Rmdir(p) => (StepKind::Rmdir, p),
         };
-        result.map_err(|source| Error::Io { kind, path, source })
+        Error::Io {
+            kind,
+            path: self.whole(rel),
+            source,
+        }
     }
 
     /// Reads an attribute, without its trailing newline.
@@ -206,7 +266,7 @@ impl Tree {
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Result<T, Error> {
         let value = self.read_attr(rel)?;
-        parsed(value, self.root.join(rel), expected, parse)
+        parsed(value, self.whole(rel), expected, parse)
     }
 
     /// The names of the entries (objects or links) in a folder, sorted; an
@@ -249,13 +309,13 @@ const ERESTARTSYS: i32 = 512;
 /// How long a write refused with [`ERESTARTSYS`] is tried again.
 const RESTART_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Writes the whole value in one `write(2)`, as configfs stores expect; a
-/// write the kernel asked to restart ([`ERESTARTSYS`]) is made again, for up
-/// to [`RESTART_FOR`].
-fn write_once(path: &Path, value: &[u8]) -> io::Result<()> {
+/// Writes the whole value to the attribute `at` (relative to `dir`) in one
+/// `write(2)`, as configfs stores expect; a write the kernel asked to
+/// restart ([`ERESTARTSYS`]) is made again, for up to [`RESTART_FOR`].
+fn write_once(dir: BorrowedFd<'_>, at: &Path, value: &[u8]) -> io::Result<()> {
     let mut first_refusal = None;
     loop {
-        match write_whole(path, value) {
+        match write_whole(dir, at, value) {
             Err(e)
                 if e.raw_os_error() == Some(ERESTARTSYS)
                     && first_refusal
@@ -270,9 +330,9 @@ fn write_once(path: &Path, value: &[u8]) -> io::Result<()> {
     }
 }
 
-fn write_whole(path: &Path, value: &[u8]) -> io::Result<()> {
-    let mut file = fs::OpenOptions::new().write(true).open(path)?;
-    let written = file.write(value)?;
+fn write_whole(dir: BorrowedFd<'_>, at: &Path, value: &[u8]) -> io::Result<()> {
+    let file = openat(dir, at, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let written = rustix::io::write(&file, value)?;
     if written != value.len() {
         return Err(io::Error::new(
             io::ErrorKind::WriteZero,
@@ -308,6 +368,8 @@ mod tests {
             assert!(matches!(t.path(bad), Err(Error::Escape { .. })), "{bad:?}");
         }
         assert_eq!(t.path("a/b").ok(), Some(PathBuf::from("/cfg/a/b")));
+        let slashed = Tree::at("/cfg/").path("a/b").map(PathBuf::into_os_string);
+        assert_eq!(slashed.ok(), Some("/cfg/a/b".into()));
     }
 
     #[test]
@@ -336,6 +398,37 @@ mod tests {
             Some(dir.path().join("missing"))
         );
         assert!(!t.exists("link"), "the step before the failure ran");
+        Ok(())
+    }
+
+    #[test]
+    fn a_plan_with_a_path_leaving_the_tree_runs_no_step() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let dir = tempfile::tempdir()?;
+        let t = Tree::at(dir.path().join("root"));
+        fs::create_dir(t.root())?;
+        for bad in [Step::mkdir("a/../../b"), Step::symlink("../x", "link")] {
+            let err = t
+                .run(&[Step::mkdir("first"), bad.clone()])
+                .err()
+                .ok_or(format!("{bad:?} ran"))?;
+            assert!(matches!(err, Error::Escape { .. }), "{err}");
+            assert!(!t.exists("first"), "a step ran before {bad:?} was refused");
+        }
+        assert!(!dir.path().join("b").exists() && !dir.path().join("x").exists());
+        // A missing root fails the first step, naming its whole path, in a
+        // run of one step (a whole path) and of several (the root opened).
+        let gone = Tree::at(dir.path().join("gone"));
+        let one = [Step::mkdir("a")];
+        let two = [Step::mkdir("a"), Step::mkdir("a/b")];
+        for steps in [&one[..], &two[..]] {
+            let err = gone.run(steps).err().ok_or("ran without a root")?;
+            assert_eq!(err.errno(), Some(2));
+            assert_eq!(
+                err.step().map(|(k, p)| (k, p.to_path_buf())),
+                Some((StepKind::Mkdir, dir.path().join("gone/a")))
+            );
+        }
         Ok(())
     }
 }
