@@ -9,9 +9,11 @@
 //!   (no `/`, NUL, whitespace or control characters, not `.` or `..`, bounded
 //!   length). Every name a caller supplies goes through it.
 //! - [`Step`] and [`Tree::run`]: a plan of mkdir / write / symlink / unlink /
-//!   rmdir steps, relative to a root, executed in order. Object crates compute a
-//!   plan from the difference between desired and present state; the plan is a
-//!   plain value, so its ordering is unit-testable without a kernel.
+//!   rmdir steps, relative to a root, executed in order once every path in it
+//!   is checked, each step looked up from the root opened once. Object crates
+//!   compute a plan from the difference between desired and present state;
+//!   the plan is a plain value, so its ordering is unit-testable without a
+//!   kernel.
 //! - [`Tree`] readers: attributes and child listings, with errors that carry
 //!   the path and the errno; and [`Folder`], a folder held open so that
 //!   reading many objects looks each file up from its own folder instead of
