@@ -69,14 +69,24 @@ impl Step {
         Step::Rmdir(path.into())
     }
 
+    /// What the step does and the path it acts on (a link's own path).
+    fn acts_on(&self) -> (StepKind, &str) {
+        match self {
+            Step::Mkdir(p) => (StepKind::Mkdir, p),
+            Step::Write { path, .. } => (StepKind::Write, path),
+            Step::Symlink { link, .. } => (StepKind::Symlink, link),
+            Step::Unlink(p) => (StepKind::Unlink, p),
+            Step::Rmdir(p) => (StepKind::Rmdir, p),
+        }
+    }
+
     /// The paths the step names: the one it acts on, and a link's target.
     fn paths(&self) -> impl Iterator<Item = &str> {
-        let (first, target) = match self {
-            Step::Mkdir(p) | Step::Unlink(p) | Step::Rmdir(p) => (p, None),
-            Step::Write { path, .. } => (path, None),
-            Step::Symlink { target, link } => (link, Some(target)),
+        let target = match self {
+            Step::Symlink { target, .. } => Some(target.as_str()),
+            _ => None,
         };
-        std::iter::once(first.as_str()).chain(target.map(String::as_str))
+        std::iter::once(self.acts_on().1).chain(target)
     }
 }
 
@@ -149,13 +159,19 @@ impl Tree {
 
     /// The full path of `rel`, refusing anything that would leave the tree.
     pub fn path(&self, rel: &str) -> Result<PathBuf, Error> {
+        self.check(rel)?;
+        Ok(self.whole(rel))
+    }
+
+    /// Refuses `rel` if it would leave the tree.
+    fn check(&self, rel: &str) -> Result<(), Error> {
         if escapes(rel) {
             return Err(Error::Escape {
                 root: self.root.clone(),
                 rel: rel.to_owned(),
             });
         }
-        Ok(self.whole(rel))
+        Ok(())
     }
 
     /// The root and `rel` joined by one `/`: the bytes copied once, where
@@ -182,12 +198,10 @@ impl Tree {
     /// path instead, one system call in all. A link's target is given
     /// whole, as configfs looks it up from the working directory.
     pub fn run(&self, steps: &[Step]) -> Result<(), Error> {
-        if let Some(rel) = steps.iter().flat_map(Step::paths).find(|p| escapes(p)) {
-            return Err(Error::Escape {
-                root: self.root.clone(),
-                rel: rel.to_owned(),
-            });
-        }
+        steps
+            .iter()
+            .flat_map(Step::paths)
+            .try_for_each(|rel| self.check(rel))?;
         let root = match steps {
             [] | [_] => None,
             [first, ..] => {
@@ -233,13 +247,7 @@ impl Tree {
 
     /// The error of `step` refused with `source`, naming its full path.
     fn step_error(&self, step: &Step, source: io::Error) -> Error {
-        let (kind, rel) = match step {
-            Step::Mkdir(p) => (StepKind::Mkdir, p),
-            Step::Write { path, .. } => (StepKind::Write, path),
-            Step::Symlink { link, .. } => (StepKind::Symlink, link),
-            Step::Unlink(p) => (StepKind::Unlink, p),
-            Step::Rmdir(p) => (StepKind::Rmdir, p),
-        };
+        let (kind, rel) = step.acts_on();
         Error::Io {
             kind,
             path: self.whole(rel),
