@@ -25,6 +25,7 @@ use nvmet::{Namespace, Nqn, Nsid, Nvmet, Port, PortId, State, Step, Subsystem, T
 use pillar_csi_lab::{bench, block::wait_for, run, Lab, Result};
 use std::{
     fmt::Write as _,
+    net::{Ipv4Addr, SocketAddr},
     path::Path,
     time::{Duration, Instant},
 };
@@ -65,7 +66,8 @@ fn export_state(name: &Nqn, device: &str) -> Result<State> {
             ..Default::default()
         },
     );
-    let mut port = Port::tcp("127.0.0.1:4430".parse()?);
+    // The address built, not parsed, as the agent builds it.
+    let mut port = Port::tcp(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 4430));
     // Each export adds its link; the other exports' links stay.
     port.subsystems.insert(name.clone());
     let mut state = State::default();

@@ -11,7 +11,7 @@
 //! another address meanwhile is seen at the next whole read.
 use crate::{
     error::Error,
-    model::{State, Subsystem},
+    model::{Port, State, Subsystem},
     names::Nqn,
     plan::{link_path, port_dir, subsystem_dir},
     read::present_hosts,
@@ -168,10 +168,16 @@ impl Nvmet {
             if !made && !self.tree().exists(&port_dir(*id)) {
                 continue;
             }
-            let mut port = want.clone();
-            port.subsystems.retain(|n| {
-                !(made && n == nqn) && self.tree().exists(&link_path(&port_dir(*id), n))
+            let linked = want.subsystems.iter().filter(|n| {
+                !(made && *n == nqn) && self.tree().exists(&link_path(&port_dir(*id), n))
             });
+            let port = Port {
+                transport: want.transport.clone(),
+                address: want.address,
+                inline_data_size: want.inline_data_size,
+                max_queue_size: want.max_queue_size,
+                subsystems: linked.cloned().collect(),
+            };
             present.ports.insert(*id, port);
         }
         Ok(present)

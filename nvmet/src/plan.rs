@@ -11,7 +11,7 @@ use crate::{
     names::{Nqn, PortId},
 };
 use configfs::Step;
-use std::collections::BTreeSet;
+use std::{borrow::Cow, collections::BTreeSet};
 
 /// `parts` joined by `/`, in one allocation: a plan makes a dozen paths
 /// per export, and `format!` grows each string as it writes it.
@@ -24,7 +24,42 @@ pub(crate) fn subsystem_dir(nqn: &Nqn) -> String {
 }
 
 pub(crate) fn port_dir(id: PortId) -> String {
-    format!("ports/{id}")
+    path(&["ports", Decimal::of(id.0.into()).as_str()])
+}
+
+/// A number's decimal digits, on the stack: a plan names its port and its
+/// namespace by number in its paths, and `to_string` goes through the
+/// formatter for each.
+struct Decimal {
+    digits: [u8; 10],
+    start: usize,
+}
+
+impl Decimal {
+    fn of(mut n: u32) -> Self {
+        let mut d = Decimal {
+            digits: [b'0'; 10],
+            start: 10,
+        };
+        loop {
+            d.start -= 1;
+            d.digits[d.start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                return d;
+            }
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII digits were written.
+        std::str::from_utf8(&self.digits[self.start..]).unwrap_or_default()
+    }
+}
+
+/// The folder of namespace `nsid` in the subsystem folder `dir`.
+fn namespace_dir(dir: &str, nsid: crate::Nsid) -> String {
+    path(&[dir, "namespaces", Decimal::of(nsid.get()).as_str()])
 }
 
 /// The link to subsystem `nqn` in the port folder `port_dir`.
@@ -38,7 +73,8 @@ pub(crate) fn link_path(port_dir: &str, nqn: &Nqn) -> String {
 /// links to other subsystems stay (they belong to other exports); a link goes
 /// away with [`plan_teardown`] of its subsystem or port.
 pub fn plan_apply(present: &State, desired: &State) -> Result<Vec<Step>, Error> {
-    let mut steps = Vec::new();
+    // A new export's plan is seven steps or so: made once, not grown.
+    let mut steps = Vec::with_capacity(8);
     let wanted_hosts: BTreeSet<&Nqn> = desired
         .hosts
         .iter()
@@ -113,8 +149,8 @@ fn plan_subsystem(
         ));
     }
     for (nsid, ns) in &want.namespaces {
-        let ns_dir = path(&[&dir, "namespaces", &nsid.to_string()]);
-        check_namespace(nqn, ns)?;
+        let ns_dir = namespace_dir(&dir, *nsid);
+        let device = check_namespace(nqn, ns)?;
         let blank = Namespace::default();
         let have_ns = match have.namespaces.get(nsid) {
             Some(h) => h,
@@ -125,10 +161,7 @@ fn plan_subsystem(
         };
         let mut writes = Vec::new();
         if have_ns.device_path != ns.device_path {
-            writes.push(Step::write(
-                path(&[&ns_dir, "device_path"]),
-                ns.device_path.to_string_lossy(),
-            ));
+            writes.push(Step::write(path(&[&ns_dir, "device_path"]), device));
         }
         for (attr, wanted, present) in [
             ("device_uuid", &ns.uuid, &have_ns.uuid),
@@ -158,7 +191,7 @@ fn plan_subsystem(
 }
 
 fn remove_namespace(dir: &str, nsid: crate::Nsid, ns: &Namespace, steps: &mut Vec<Step>) {
-    let ns_dir = path(&[dir, "namespaces", &nsid.to_string()]);
+    let ns_dir = namespace_dir(dir, nsid);
     if ns.enabled {
         steps.push(Step::write(path(&[&ns_dir, "enable"]), "0"));
     }
@@ -316,7 +349,8 @@ fn check_text(what: &str, nqn: &Nqn, value: Option<&str>, max: usize) -> Result<
     }
 }
 
-fn check_namespace(nqn: &Nqn, ns: &Namespace) -> Result<(), Error> {
+/// Checks `ns`'s device path and identifiers; its device path as text.
+fn check_namespace<'a>(nqn: &Nqn, ns: &'a Namespace) -> Result<Cow<'a, str>, Error> {
     let path = ns.device_path.to_string_lossy();
     if !ns.device_path.is_absolute() || path.contains(['\0', '\n']) || path.len() > 4095 {
         return Err(Error::InvalidValue {
@@ -334,7 +368,7 @@ fn check_namespace(nqn: &Nqn, ns: &Namespace) -> Result<(), Error> {
             }
         }
     }
-    Ok(())
+    Ok(path)
 }
 
 fn is_uuid_text(v: &str) -> bool {

@@ -280,3 +280,13 @@ fn teardown_unlinks_ports_then_hosts_then_namespaces() -> Result<(), Error> {
     ));
     Ok(())
 }
+
+#[test]
+fn numbers_in_paths_are_their_decimal_digits() {
+    for n in [0, 7, 10, 65535, 1_000_000, u32::MAX] {
+        assert_eq!(Decimal::of(n).as_str(), n.to_string());
+    }
+    assert_eq!(port_dir(PortId(4420)), "ports/4420");
+    let ns = namespace_dir("subsystems/x", Nsid::new(12).expect("nsid"));
+    assert_eq!(ns, "subsystems/x/namespaces/12");
+}
