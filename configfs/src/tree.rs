@@ -380,6 +380,7 @@ pub(crate) fn normalize(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
 
     #[test]
     fn paths_cannot_leave_the_tree() {
@@ -391,8 +392,6 @@ mod tests {
         let slashed = Tree::at("/cfg/").path("a/b").map(PathBuf::into_os_string);
         assert_eq!(slashed.ok(), Some("/cfg/a/b".into()));
     }
-
-    use proptest::strategy::Strategy as _;
 
     proptest::proptest! {
         /// The scan agrees with the rule it implements: a NUL, or an
