@@ -7,6 +7,10 @@
 //!    - the floor: the same kernel work done bare in-process (lzc_create,
 //!      the wait for the device node, the configfs mkdirs, writes and
 //!      links), at once from 50 threads and one at a time;
+//!    - the floor with the agent's reads and marks (at once only): the
+//!      same, plus the kernel reads and durable writes the agent makes for
+//!      its checks (see `AgentReads`), so that a run tells what they cost
+//!      from what the agent adds above them;
 //!    - the peers: one `bash` per volume running `zfs create -V`, a wait
 //!      for the device node and the configfs writes (what a driver that
 //!      shells out does), 50 processes at once and one at a time.
@@ -25,7 +29,7 @@
 use pillar_csi_lab::{
     agent::{AgentConfig, AgentProcess, Client, ZfsParent},
     bench::{
-        bash, bash_command, conditions, empty_nvmet, ms, processes_at_once, rss_kib,
+        bash, bash_command, conditions, cpu_seconds, empty_nvmet, ms, processes_at_once, rss_kib,
         threads_at_once, write_restarting,
     },
     run, Lab, Result,
@@ -137,17 +141,29 @@ async fn pipeline(
 /// device node waited for as the agent waits (udev's event, asked for again
 /// when udev dropped it, as it does with many zvols at once), and its
 /// NVMe/TCP export with the ACL written to configfs directly, no reads, no
-/// checks.
+/// checks. With `reads`, the same with the agent's own reads and writes
+/// around it (see [`AgentReads`]).
 fn floor_pipeline(
     bare: &BareCalls,
     zfs: &Zfs,
     (dataset, nqn, port): (&str, &str, u16),
     stages: &Stages,
+    reads: Option<&AgentReads>,
 ) -> Result<()> {
+    let name = DatasetName::new(dataset)?;
+    if let Some(reads) = reads {
+        reads.before_create(zfs, &name)?;
+    }
     bare.create_zvol(dataset, SIZE, None)?;
     stages.done(0);
-    let device = zfs.wait_device(&DatasetName::new(dataset)?, Duration::from_secs(90))?;
+    let device = match reads {
+        None => zfs.wait_device(&name, DEVICE_WAIT)?,
+        Some(reads) => reads.pin_beside_wait(zfs, &name)?,
+    };
     stages.done(1);
+    if let Some(reads) = reads {
+        reads.identity_read(zfs, &name)?;
+    }
     let device = device.display();
     let sub = format!("{NVMET}/subsystems/{nqn}");
     std::fs::create_dir(&sub)?;
@@ -164,8 +180,80 @@ fn floor_pipeline(
     }
     std::os::unix::fs::symlink(&host, format!("{sub}/allowed_hosts/{HOST}"))?;
     std::os::unix::fs::symlink(&sub, format!("{NVMET}/ports/{port}/subsystems/{nqn}"))?;
+    if let Some(reads) = reads {
+        // ExportVolume's mark, then AllowInitiator's identity read and mark.
+        reads.mark(&name)?;
+        reads.identity_read(zfs, &name)?;
+    }
     stages.done(2);
     Ok(())
+}
+
+/// How long a device node may take, as the agent allows.
+const DEVICE_WAIT: Duration = Duration::from_secs(90);
+
+/// The kernel reads and durable writes the agent makes for one pipeline,
+/// made bare beside the floor's work, so that a run tells what they cost
+/// from what the agent adds above them: the read that finds no zvol under
+/// the name before the create, the new zvol's GUID read beside the wait for
+/// its device node (the identity pin), the identity read of ExportVolume
+/// and of AllowInitiator, and four fence marks (the intent, the create, the
+/// export, the allow), each written as the agent writes them: a new file,
+/// fsync, rename, fsync of the folder.
+struct AgentReads {
+    marks: std::path::PathBuf,
+}
+
+impl AgentReads {
+    fn new(marks: &Path) -> Result<Self> {
+        std::fs::create_dir_all(marks)?;
+        Ok(Self {
+            marks: marks.to_owned(),
+        })
+    }
+
+    /// The read that finds no zvol there yet, and the intent's mark.
+    fn before_create(&self, zfs: &Zfs, name: &DatasetName) -> Result<()> {
+        match zfs.volume_guid(name) {
+            Err(sys::zfs::Error::NotFound { .. }) => self.mark(name),
+            Ok(_) => Err(format!("{name} is there before its create").into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The GUID read beside the wait for the device node, and the create's mark.
+    fn pin_beside_wait(&self, zfs: &Zfs, name: &DatasetName) -> Result<std::path::PathBuf> {
+        let (guid, device) = std::thread::scope(|s| {
+            let guid = s.spawn(|| zfs.volume_guid(name));
+            let device = zfs.wait_device(name, DEVICE_WAIT);
+            (guid.join(), device)
+        });
+        guid.map_err(|_| "a GUID read panicked")??;
+        self.mark(name)?;
+        Ok(device?)
+    }
+
+    /// A later call's identity read (ExportVolume's, AllowInitiator's).
+    fn identity_read(&self, zfs: &Zfs, name: &DatasetName) -> Result<()> {
+        zfs.volume_guid(name)?;
+        Ok(())
+    }
+
+    /// One durable mark of the volume `name`.
+    fn mark(&self, name: &DatasetName) -> Result<()> {
+        use std::io::Write as _;
+        let file = name.to_string().replace('/', "_");
+        let (path, new) = (
+            self.marks.join(&file),
+            self.marks.join(format!(".{file}.tmp")),
+        );
+        let mut f = std::fs::File::create_new(&new)?;
+        f.write_all(&[b'm'; 400])?;
+        f.sync_all()?;
+        std::fs::rename(&new, &path)?;
+        std::fs::File::open(&self.marks)?.sync_all()?;
+        Ok(())
+    }
 }
 
 /// How many transaction groups created the zvols `{dataset}/{prefix}0..`
@@ -281,6 +369,12 @@ async fn main() -> Result<()> {
     // host is busy.
     config.state_dir = std::path::PathBuf::from("/var/lib/pillar-csi/bench-agent");
     std::fs::create_dir_all(&config.state_dir)?;
+    // Its log there too, for the same reason (in production it goes to a
+    // pipe); copied to the work folder at the end.
+    let kept_log = std::mem::replace(
+        &mut config.log,
+        std::path::PathBuf::from("/var/lib/pillar-csi/bench-agent.log"),
+    );
     let mut agent = AgentProcess::start(config).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle_kib = agent.pid().map(rss_kib).transpose()?.unwrap_or(0);
@@ -289,6 +383,8 @@ async fn main() -> Result<()> {
 
     // 1. The pipeline through the agent: all at once, then one at a time.
     let mut client = agent.client().await?;
+    let agent_pid = agent.pid().ok_or("the agent has no process")?.to_string();
+    let agent_cpu = cpu_seconds(&agent_pid)?;
     let start = Instant::now();
     let agent_stages = std::sync::Arc::new(Stages::starting());
     let tasks: Vec<_> = (0..PIPELINE)
@@ -306,6 +402,7 @@ async fn main() -> Result<()> {
         t.await.map_err(|e| e.to_string())??;
     }
     let concurrent = start.elapsed();
+    let agent_cpu = cpu_seconds(&agent_pid)? - agent_cpu;
     let start = Instant::now();
     for i in 0..PIPELINE {
         pipeline(
@@ -327,7 +424,8 @@ async fn main() -> Result<()> {
     let bare = BareCalls::open()?;
     let zfs = Zfs::open()?;
     let dataset = parent.dataset();
-    let floor_one = |way: &str, i: usize, stages: &Stages| {
+    let agent_reads = AgentReads::new(Path::new("/var/lib/pillar-csi/bench-floor"))?;
+    let floor_one = |way: &str, i: usize, stages: &Stages, reads: Option<&AgentReads>| {
         floor_pipeline(
             &bare,
             &zfs,
@@ -337,15 +435,33 @@ async fn main() -> Result<()> {
                 41,
             ),
             stages,
+            reads,
         )
+    };
+    // The CPU time of this process (its threads do the floor's work) while
+    // `work` runs.
+    let with_cpu = |work: &dyn Fn() -> Result<Duration>| -> Result<(Duration, f64)> {
+        let before = cpu_seconds("self")?;
+        let took = work()?;
+        Ok((took, cpu_seconds("self")? - before))
     };
     run("udevadm", &["settle"])?;
     let floor_stages = Stages::starting();
-    let (floor_concurrent, _) = threads_at_once(PIPELINE, |i| floor_one("fc", i, &floor_stages))?;
+    let (floor_concurrent, floor_cpu) = with_cpu(&|| {
+        Ok(threads_at_once(PIPELINE, |i| floor_one("fc", i, &floor_stages, None))?.0)
+    })?;
+    run("udevadm", &["settle"])?;
+    let reads_stages = Stages::starting();
+    let (reads_concurrent, reads_cpu) = with_cpu(&|| {
+        Ok(threads_at_once(PIPELINE, |i| {
+            floor_one("fr", i, &reads_stages, Some(&agent_reads))
+        })?
+        .0)
+    })?;
     run("udevadm", &["settle"])?;
     let start = Instant::now();
     for i in 0..PIPELINE {
-        floor_one("fs", i, &Stages::default())?;
+        floor_one("fs", i, &Stages::default(), None)?;
     }
     let floor_sequential = start.elapsed();
 
@@ -401,13 +517,27 @@ async fn main() -> Result<()> {
         floor_stages.line(["lzc_create", "device node", "configfs"]),
         txgs(&zfs, &dataset, "fc")?
     );
+    println!(
+        "  at once, floor with the agent's reads and marks: {:.1} ms; {}; {} txgs",
+        ms(reads_concurrent),
+        reads_stages.line(["lzc_create", "device node and GUID", "configfs"]),
+        txgs(&zfs, &dataset, "fr")?
+    );
     println!("  at once, peers: {} txgs", txgs(&zfs, &dataset, "pc")?);
+    println!(
+        "  at once, CPU time used: agent process {agent_cpu:.2} s, floor {floor_cpu:.2} s, floor with the agent's reads and marks {reads_cpu:.2} s"
+    );
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     let at_once = ratio(peers_concurrent, concurrent);
     println!(
         "  agent against the floor: all at once {:.2}x, one at a time {:.2}x",
         ratio(concurrent, floor_concurrent),
         ratio(sequential, floor_sequential)
+    );
+    println!(
+        "  agent against the floor with its reads and marks: all at once {:.2}x; those reads and marks against the bare floor {:.2}x",
+        ratio(concurrent, reads_concurrent),
+        ratio(reads_concurrent, floor_concurrent)
     );
     println!(
         "  peers against the agent: all at once {at_once:.2}x (goal >= {AT_ONCE_GOAL}x), one at a time {:.2}x",
@@ -504,6 +634,7 @@ async fn main() -> Result<()> {
         idle_kib as f64 / 1024.0
     );
     agent.kill()?;
+    std::fs::write(&kept_log, agent.log())?;
     if at_once < AT_ONCE_GOAL {
         return Err(format!(
             "the agent with {PIPELINE} at once is {at_once:.2}x the peers' processes at once, goal {AT_ONCE_GOAL}x"

@@ -1,7 +1,7 @@
 //! What the lab's benchmarks share: which ones the filter selects, the
 //! conditions a figure was measured under, the floor ratio and the peers
 //! run at once, configfs exports against their floor and peers
-//! ([`exports`]), a process's resident memory and open file descriptors,
+//! ([`exports`]), a process's resident memory, CPU time and open file descriptors,
 //! latency percentiles, and the configfs reset a storage node's reboot
 //! makes.
 use crate::Result;
@@ -209,6 +209,27 @@ pub fn rss_kib(pid: u32) -> Result<u64> {
         .ok_or_else(|| "no VmRSS".into())
 }
 
+/// The CPU time, user and system, that process `pid` (`"self"` for this
+/// one) has used so far, its threads' included, in seconds.
+pub fn cpu_seconds(pid: &str) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let ticks = cpu_ticks(&stat).ok_or_else(|| format!("no CPU times in /proc/{pid}/stat"))?;
+    // The kernel counts them in USER_HZ, 100 a second on every architecture
+    // the lab runs.
+    Ok(ticks as f64 / 100.0)
+}
+
+/// `utime` + `stime` of a `/proc/<pid>/stat` line: the 14th and 15th
+/// fields, counted after the command name's closing parenthesis (the name
+/// may hold spaces and parentheses).
+fn cpu_ticks(stat: &str) -> Option<u64> {
+    let (_, after_name) = stat.rsplit_once(')')?;
+    let mut fields = after_name.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(user + system)
+}
+
 /// The open file descriptors of process `pid` by kind: the target of each
 /// `/proc/<pid>/fd` link with the inode number of sockets, pipes and
 /// anonymous inodes left out (`socket`, `pipe`, `anon_inode:[eventpoll]`,
@@ -278,6 +299,14 @@ mod tests {
         assert_eq!(percentile(&samples, 100.0), Duration::from_millis(100));
         assert_eq!(percentile(&samples[..1], 99.0), Duration::from_millis(100));
         assert_eq!(percentile(&[], 50.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn cpu_ticks_are_counted_after_the_command_name() {
+        let stat = "482 (a (b) c) S 1 482 482 0 -1 4194560 900 0 3 0 250 41 0 0 20 0 7 0 812";
+        assert_eq!(cpu_ticks(stat), Some(291));
+        assert_eq!(cpu_ticks("482 (a) S 1 482"), None);
+        assert!(cpu_seconds("self").expect("own /proc") >= 0.0);
     }
 
     #[test]
