@@ -184,6 +184,7 @@ fn floor_pipeline(
         // ExportVolume's mark, then AllowInitiator's identity read and mark.
         reads.mark(&name)?;
         reads.identity_read(zfs, &name)?;
+        reads.mark(&name)?;
     }
     stages.done(2);
     Ok(())
@@ -210,7 +211,7 @@ fn remove_floor_run(bare: &BareCalls, dataset: &str, prefix: &str) -> Result<()>
         let mut tries = 0;
         while let Err(e) = bare.destroy(&zvol) {
             tries += 1;
-            if e.raw_os_error() != Some(16) || tries == 50 {
+            if e.raw_os_error() != Some(EBUSY) || tries == 50 {
                 return Err(format!("destroying {zvol}: {e}").into());
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -218,6 +219,9 @@ fn remove_floor_run(bare: &BareCalls, dataset: &str, prefix: &str) -> Result<()>
     }
     Ok(())
 }
+
+/// The errno of a zvol still open.
+const EBUSY: i32 = 16;
 
 /// How long a device node may take, as the agent allows.
 const DEVICE_WAIT: Duration = Duration::from_secs(90);
