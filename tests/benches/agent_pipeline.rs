@@ -26,6 +26,7 @@
 //! Run with `make bench FILTER=agent_pipeline`. Absolute times under TCG
 //! mean little; the ratios are the result. Goal: the agent with 50 at once
 //! at least 3x faster than the peers' 50 processes at once.
+use pillar_csi_agent::marks::{FenceMark, MarkStore};
 use pillar_csi_lab::{
     agent::{AgentConfig, AgentProcess, Client, ZfsParent},
     bench::{
@@ -194,11 +195,7 @@ fn floor_pipeline(
 /// zvols.
 fn remove_floor_run(bare: &BareCalls, dataset: &str, prefix: &str) -> Result<()> {
     let subsystems = (0..PIPELINE)
-        .map(|i| {
-            nvmet::Nqn::new(&format!(
-                "nqn.2026-01.com.bhyoo.pillar-csi.bench:{prefix}{i}"
-            ))
-        })
+        .map(|i| nvmet::Nqn::new(&bench_nqn(prefix, i)))
         .collect::<std::result::Result<_, _>>()?;
     nvmet::Nvmet::open()?.teardown(&nvmet::Teardown {
         subsystems,
@@ -220,6 +217,11 @@ fn remove_floor_run(bare: &BareCalls, dataset: &str, prefix: &str) -> Result<()>
     Ok(())
 }
 
+/// The NQN of the bench's subsystem for volume `i` of the run `way`.
+fn bench_nqn(way: &str, i: usize) -> String {
+    format!("nqn.2026-01.com.bhyoo.pillar-csi.bench:{way}{i}")
+}
+
 /// The errno of a zvol still open.
 const EBUSY: i32 = 16;
 
@@ -232,17 +234,15 @@ const DEVICE_WAIT: Duration = Duration::from_secs(90);
 /// the name before the create, the new zvol's GUID read beside the wait for
 /// its device node (the identity pin), the identity read of ExportVolume
 /// and of AllowInitiator, and four fence marks (the intent, the create, the
-/// export, the allow), each written as the agent writes them: a new file,
-/// fsync, rename, fsync of the folder.
+/// export, the allow), written by the agent's own mark store.
 struct AgentReads {
-    marks: std::path::PathBuf,
+    marks: MarkStore,
 }
 
 impl AgentReads {
     fn new(marks: &Path) -> Result<Self> {
-        std::fs::create_dir_all(marks)?;
         Ok(Self {
-            marks: marks.to_owned(),
+            marks: MarkStore::open(marks)?,
         })
     }
 
@@ -275,18 +275,7 @@ impl AgentReads {
 
     /// One durable mark of the volume `name`.
     fn mark(&self, name: &DatasetName) -> Result<()> {
-        use std::io::Write as _;
-        let file = name.to_string().replace('/', "_");
-        let (path, new) = (
-            self.marks.join(&file),
-            self.marks.join(format!(".{file}.tmp")),
-        );
-        let mut f = std::fs::File::create_new(&new)?;
-        f.write_all(&[b'm'; 400])?;
-        f.sync_all()?;
-        std::fs::rename(&new, &path)?;
-        std::fs::File::open(&self.marks)?.sync_all()?;
-        Ok(())
+        Ok(self.marks.save(&FenceMark::new(name.as_ref()))?)
     }
 }
 
@@ -463,11 +452,7 @@ async fn main() -> Result<()> {
         floor_pipeline(
             &bare,
             &zfs,
-            (
-                &format!("{dataset}/{way}{i}"),
-                &format!("nqn.2026-01.com.bhyoo.pillar-csi.bench:{way}{i}"),
-                41,
-            ),
+            (&format!("{dataset}/{way}{i}"), &bench_nqn(way, i), 41),
             stages,
             reads,
         )
@@ -494,8 +479,9 @@ async fn main() -> Result<()> {
     })?;
     let reads_txgs = txgs(&zfs, &dataset, "fr")?;
     // The runs after this one find the zvols and subsystems they found
-    // before it was added: with 50 more zvols, udev's retriggers and
-    // settles made the peers' processes twice as slow.
+    // before it was added (the peers' processes, whose udev retriggers and
+    // settles go through every zvol, were much slower in two runs that
+    // followed it with its zvols left in place).
     remove_floor_run(&bare, &dataset, "fr")?;
     run("udevadm", &["settle"])?;
     let start = Instant::now();
@@ -505,13 +491,8 @@ async fn main() -> Result<()> {
     let floor_sequential = start.elapsed();
 
     // The peers, one bash per volume: at once, then one at a time.
-    let peer = |way: &str, i: usize| {
-        peer_command(
-            &format!("{dataset}/{way}{i}"),
-            &format!("nqn.2026-01.com.bhyoo.pillar-csi.bench:{way}{i}"),
-            40,
-        )
-    };
+    let peer =
+        |way: &str, i: usize| peer_command(&format!("{dataset}/{way}{i}"), &bench_nqn(way, i), 40);
     run("udevadm", &["settle"])?;
     let commands = (0..PIPELINE)
         .map(|i| peer("pc", i))
