@@ -8,6 +8,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// `open` of a disk the kernel lists but has not yet made live (Linux's
+/// errno 6, "No such device or address").
+const ENXIO: i32 = 6;
+
 /// The initiator name iscsid uses by default (`/etc/iscsi/initiatorname.iscsi`).
 pub fn initiator_name() -> Result<String> {
     let text = fs::read_to_string("/etc/iscsi/initiatorname.iscsi")?;
@@ -169,16 +173,27 @@ impl Session {
         .into())
     }
 
-    /// The SCSI disk of LUN `lun`, waited for up to 30 seconds.
+    /// The SCSI disk of LUN `lun`, waited for up to 30 seconds until it
+    /// opens. The kernel lists a new disk in sysfs and `/dev` a moment
+    /// before it can be opened (open answers ENXIO until the disk is
+    /// live), so a disk is taken only once an open of it succeeds.
     pub fn disk(&self, lun: u16) -> Result<PathBuf> {
         let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = None;
         loop {
             if let Some(dev) = self.find_disk(lun)? {
                 crate::block::wait_for(&dev, Duration::from_secs(10))?;
-                return Ok(dev);
+                match fs::File::open(&dev) {
+                    Ok(_) => return Ok(dev),
+                    Err(e) if e.raw_os_error() == Some(ENXIO) => {
+                        last = Some(format!("{} answers open with {e}", dev.display()))
+                    }
+                    Err(e) => return Err(format!("open {}: {e}", dev.display()).into()),
+                }
             }
             if Instant::now() > deadline {
-                return Err(format!("no disk for LUN {lun} of {} appeared", self.target).into());
+                let why = last.unwrap_or_else(|| "no disk appeared".to_owned());
+                return Err(format!("LUN {lun} of {}: {why}", self.target).into());
             }
             std::thread::sleep(Duration::from_millis(200));
         }
