@@ -23,7 +23,7 @@ unit: lint doc csi-conformance
 ## scripts/chart-deps.sh): render matrix, lint, schemas, RBAC, ldd of the binary.
 chart:
 	bash scripts/chart-deps.sh
-	cargo build --bin pillar-csi
+	cargo build --workspace --bins
 	"$$(bash scripts/chart-deps.sh --python)" -m pytest tests/chart -q -rs
 
 ## Every fuzz target (fuzz/, cargo-fuzz on nightly) for 30 s with the

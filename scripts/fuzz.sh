@@ -13,14 +13,30 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 export PATH="$HOME/.cargo/bin:$PATH"
 cargo +nightly fuzz build -O 2>"$scratch/build.log" || { cat "$scratch/build.log" >&2; exit 1; }
-for target in $(cargo +nightly fuzz list); do
+# One target per core at a time (each fuzzer is one process on one core);
+# the lines are printed in the targets' order once all have run.
+run_one() {
+  local target=$1 log="$scratch/$1.log" rc
   mkdir -p "corpus/$target" "$scratch/$target"
+  cargo +nightly fuzz run -O "$target" "$scratch/$target" "corpus/$target" -- \
+    -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1 && rc=0 || rc=$?
+  echo "$rc" >"$scratch/$target.rc"
+}
+targets=$(cargo +nightly fuzz list)
+jobs=$(nproc)
+for target in $targets; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  run_one "$target" &
+done
+wait
+failed=0
+for target in $targets; do
   log="$scratch/$target.log"
-  if ! cargo +nightly fuzz run -O "$target" "$scratch/$target" "corpus/$target" -- \
-      -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
+  if [ "$(cat "$scratch/$target.rc")" != 0 ]; then
     tail -n 40 "$log" >&2
     echo "fuzz: $target FAILED (input kept under fuzz/artifacts/$target/)" >&2
-    exit 1
+    failed=1
+    continue
   fi
   runs=$(awk '/stat::number_of_executed_units/{print $2}' "$log" | tail -n1)
   echo "fuzz: $target: ${runs:-?} executions in ${seconds} s, no crash"
@@ -28,3 +44,4 @@ for target in $(cargo +nightly fuzz list); do
     cargo +nightly fuzz run -O "$target" "corpus/$target" "$scratch/$target" -- -merge=1 >/dev/null 2>&1
   fi
 done
+exit "$failed"
