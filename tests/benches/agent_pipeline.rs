@@ -326,11 +326,17 @@ fn peer_command(dataset: &str, nqn: &str, port: u16) -> Result<Command> {
     let device = format!("/dev/zvol/{dataset}");
     // udev loses some zvols' links when many appear at once: a peer that
     // still has no link after 3 s waits for udev's queue to empty, and if
-    // the link is still missing, asks udev again for every zvol.
+    // the link is still missing, asks udev again for each zvol disk that no
+    // `/dev/zvol` link names (as the agent does). When each of fifty peers
+    // asked again for every zvol, udev's queue did not empty within the
+    // minute and the peers' run failed. The last wait judges.
     let mut s = format!(
         "set -e\nzfs create -s -V 1M {dataset}\n\
-         udevadm wait --timeout=3 {device} || {{ udevadm settle --timeout=60; \
-         udevadm wait --timeout=1 {device} || udevadm trigger --action=change --subsystem-match=block --sysname-match='zd*'; \
+         udevadm wait --timeout=3 {device} || {{ udevadm settle --timeout=60 || true; \
+         udevadm wait --timeout=1 {device} || {{ \
+         linked=$(find /dev/zvol -type l -printf '%l\\n' | sed 's#.*/##'); \
+         for d in /sys/class/block/zd*; do n=${{d##*/}}; [[ $n == *p* ]] && continue; \
+         grep -qx \"$n\" <<<\"$linked\" || udevadm trigger --action=change \"$d\"; done; }}; \
          udevadm wait --timeout=60 {device}; }}\n"
     );
     export_script(&mut s, nqn, &device, port)?;
