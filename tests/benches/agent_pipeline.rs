@@ -586,7 +586,7 @@ async fn main() -> Result<()> {
     println!("  at once, peers: {} txgs", txgs(&zfs, &dataset, "pc")?);
     let at_once = ratio(peers_concurrent, concurrent);
     println!(
-        "  peers against the agent: all at once {at_once:.2}x (goal >= {AT_ONCE_GOAL}x), one at a time {:.2}x",
+        "  peers against the agent: all at once {at_once:.3}x (goal >= {AT_ONCE_GOAL}x), one at a time {:.2}x",
         ratio(peers_sequential, sequential)
     );
     println!("agent_pipeline: {}", conditions());
@@ -666,7 +666,7 @@ async fn main() -> Result<()> {
     std::fs::write(&kept_log, agent.log())?;
     if at_once < AT_ONCE_GOAL {
         return Err(format!(
-            "the agent with {PIPELINE} at once is {at_once:.2}x the peers' processes at once, goal {AT_ONCE_GOAL}x"
+            "the agent with {PIPELINE} at once is {at_once:.3}x the peers' processes at once, goal {AT_ONCE_GOAL}x"
         )
         .into());
     }
