@@ -13,6 +13,9 @@
 //! - [`reconcile`]: the controller's reconcilers (StorageClasses, agent
 //!   health, export resync, the abandoned-volume reaper) and leader election.
 //! - [`metrics`]: the controller's Prometheus metrics and `/metrics`.
+//! - [`volume_context`]: what CreateVolume hands, through the PV, to
+//!   NodeStageVolume (the filesystem type, and whether the volume holds
+//!   data from before pillar-csi).
 
 pub mod controller;
 pub mod endpoint;
@@ -22,3 +25,4 @@ pub mod node;
 pub mod node_id;
 pub mod publish_context;
 pub mod reconcile;
+pub mod volume_context;

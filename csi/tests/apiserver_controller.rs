@@ -202,6 +202,11 @@ async fn a_volume_is_provisioned_published_unpublished_expanded_and_deleted() ->
         created.volume_context.get("fsType").map(String::as_str),
         Some("xfs")
     );
+    assert_eq!(
+        created.volume_context.get("existingData"),
+        None,
+        "a new volume is formatted when blank"
+    );
     let record = state(&bed, &name).await?.ok_or("no PillarVolumeState")?;
     assert_eq!(record.spec.agent_volume_id, format!("tank/{name}"));
     assert_eq!(

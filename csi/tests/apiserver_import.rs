@@ -114,6 +114,14 @@ async fn a_zvol_is_imported_with_its_own_size_published_unpublished_and_deleted(
         volume.volume_context.get("fsType").map(String::as_str),
         Some("ext4")
     );
+    // The node never formats an imported zvol, even one that probes blank.
+    assert_eq!(
+        volume
+            .volume_context
+            .get("existingData")
+            .map(String::as_str),
+        Some("import-zvol")
+    );
     let record = state(&bed, &pv).await?.ok_or("no record")?;
     assert_eq!(
         record.spec.imported_from.as_deref(),
@@ -493,6 +501,10 @@ async fn preserved_lvs_are_released_and_managed_lvs_deleted() -> Result {
     assert_eq!(
         v.volume_context.get("fsType").map(String::as_str),
         Some("ext4")
+    );
+    assert_eq!(
+        v.volume_context.get("existingData").map(String::as_str),
+        Some("import-lv")
     );
     let asked = bed.last_create().ok_or("no CreateVolume")?;
     let pinned = asked.import_lv.clone().ok_or("no import_lv")?;

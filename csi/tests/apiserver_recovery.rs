@@ -681,6 +681,14 @@ async fn a_recovery_commits_through_the_controller() -> Result {
     let volume = create(&bed, &name, "data-legacy").await?;
     assert_eq!(volume.volume_id, HANDLE, "the lost PV's handle");
     assert_eq!(volume.capacity_bytes, 32 << 20);
+    assert_eq!(
+        volume
+            .volume_context
+            .get("existingData")
+            .map(String::as_str),
+        Some("recovery"),
+        "the node never formats a recovered volume"
+    );
     let state = record(&bed, &name).await?;
     assert_eq!(phase(&state), Some(VolumePhase::Ready));
     assert!(!is_pending(&state));

@@ -1,6 +1,7 @@
 //! The node plugin refuses what it must not touch and repeats what it may:
 //! a device holding another filesystem or a partition table is never
-//! formatted (and the refused Stage leaves nothing behind); repeated calls
+//! formatted, nor is a volume holding existing data that probes blank (and
+//! the refused Stage leaves nothing behind); repeated calls
 //! succeed and conflicting ones are ALREADY_EXISTS.
 //!
 //! Run with `tests/lab/run tests -- node_`.
@@ -82,6 +83,43 @@ async fn node_refuses_another_filesystem_and_a_partition_table() -> Result<()> {
     n.node_unstage_volume(unstage_req(&v, &staging)).await?;
     assert_eq!(read_at(&v.device, 0, 1 << 20)?, before, "nothing written");
     b.delete(&v).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn node_never_formats_a_volume_holding_existing_data_that_probes_blank() -> Result<()> {
+    let mut b = Bench::new("node-existing").await?;
+    let mut n = b.plugin.node().await?;
+    // Raw application data after the first MiB: libblkid finds no
+    // signature, as on a former block-mode volume or a wiped superblock.
+    for (backend, protocol, origin) in [(LVM, NVME, "import-lv"), (ZVOL, ISCSI, "import-zvol")] {
+        let v = b.volume(backend, protocol, 64 << 20).await?;
+        let data = pattern(11, 32 << 20);
+        write_at(&v.device, 1 << 20, &data)?;
+        let before = read_at(&v.device, 0, 40 << 20)?;
+        let out = run("blkid", &["-p", &v.device.display().to_string()]);
+        assert!(out.is_err(), "blkid -p finds no signature: {out:?}");
+        let staging = b.path("staging");
+        let mut req = stage_req(&v, &staging, mount_cap("ext4"));
+        req.volume_context
+            .insert("existingData".to_owned(), origin.to_owned());
+        let e = n
+            .node_stage_volume(req)
+            .await
+            .expect_err("a volume holding data is not formatted");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+        assert!(e.message().contains(origin), "{e}");
+        assert!(e.message().contains("volumeMode: Block"), "{e}");
+        assert_eq!(mounted(&staging)?, None);
+        assert!(!connected(&v), "the refused Stage's connection is ended");
+        assert_eq!(records(&b.plugin.state_dir)?, 0, "no staging record left");
+        assert!(
+            read_at(&v.device, 0, 40 << 20)? == before,
+            "{origin}: not one byte written"
+        );
+        b.delete(&v).await?;
+    }
     Ok(())
 }
 

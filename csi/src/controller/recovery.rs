@@ -22,6 +22,7 @@ use super::events::Kind;
 use super::resolve;
 use super::volumes::{PVC_NAME, PVC_NAMESPACE};
 use super::Controller;
+use crate::volume_context;
 use api::annotations::{
     IMPORT_LV_ANNOTATION, IMPORT_LV_POLICY_ANNOTATION, RECOVERY_SNAPSHOT_ANNOTATION,
 };
@@ -551,18 +552,17 @@ impl Controller {
         req: &csi::CreateVolumeRequest,
         state: &PillarVolumeState,
     ) -> Result<csi::Volume> {
-        let mut context = HashMap::new();
-        if let Ok(class) = resolve::class_name(&req.parameters) {
-            let place = resolve::placement(&self.client, class).await?;
-            if let Some(fs) = &place.class.spec.filesystem {
-                if let Some(name) = serde_json::to_value(fs.fs_type)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                {
-                    context.insert("fsType".to_owned(), name);
-                }
-            }
-        }
+        let fs_type = match resolve::class_name(&req.parameters) {
+            Ok(class) => resolve::placement(&self.client, class)
+                .await?
+                .class
+                .spec
+                .filesystem
+                .map(|fs| fs.fs_type),
+            Err(_) => None,
+        };
+        // A recovered volume holds the data of the lost one: never formatted.
+        let context = volume_context::build(fs_type, Some(volume_context::Origin::Recovery));
         Ok(csi::Volume {
             capacity_bytes: i64::try_from(state.spec.capacity_bytes).unwrap_or(i64::MAX),
             volume_id: state.spec.volume_id.clone(),

@@ -12,6 +12,7 @@ use super::naming;
 use super::resolve::{self, acl_of, protocol_of, volume_in};
 use super::state::{fence, generation};
 use super::{backend_type, Controller};
+use crate::volume_context;
 use api::crd::{
     ExportSpec, PillarVolumeState, PillarVolumeStateSpec, PillarVolumeStateStatus, Resolved,
     VolumePhase,
@@ -20,7 +21,6 @@ use api::handle::VolumeHandle;
 use kube::ResourceExt;
 use pillar_csi_proto::agent::v1 as agent;
 use pillar_csi_proto::csi::v1 as csi;
-use std::collections::HashMap;
 
 /// The size of a volume whose request names none: 1 GiB.
 pub const DEFAULT_BYTES: u64 = 1 << 30;
@@ -212,21 +212,13 @@ impl Controller {
             };
             self.states.set_status(&state, status).await?;
         }
-        let mut context = HashMap::new();
-        let filesystem = state
+        let fs_type = state
             .spec
             .resolved
             .as_ref()
-            .and_then(|r| r.filesystem.as_ref());
-        if let Some(fs) = filesystem {
-            context.insert(
-                "fsType".to_owned(),
-                serde_json::to_value(fs.fs_type)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
-            );
-        }
+            .and_then(|r| r.filesystem.as_ref())
+            .map(|fs| fs.fs_type);
+        let context = volume_context::build(fs_type, volume_context::Origin::of(&state.spec));
         Ok(csi::Volume {
             capacity_bytes: created.capacity_bytes as i64,
             volume_id: handle.to_string(),

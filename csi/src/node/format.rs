@@ -40,8 +40,17 @@ pub enum Outcome {
 }
 
 /// Whether a probe result may be formatted as `fs_type` or reused; `Err`
-/// names what was found.
-pub fn decide(device: &Path, probe: &Probe, fs_type: &str) -> Result<Option<Outcome>> {
+/// names what was found. `existing_data` is the volume context's origin of
+/// a volume that held data before pillar-csi served it (an import, an
+/// adoption, a recovery): such a volume is never formatted, blank or not,
+/// since raw application data, a wiped or damaged superblock and a
+/// signature newer than this libblkid all probe blank.
+pub fn decide(
+    device: &Path,
+    probe: &Probe,
+    fs_type: &str,
+    existing_data: Option<&str>,
+) -> Result<Option<Outcome>> {
     let dev = device.display();
     let refuse = |found: String| {
         Err(Error::precondition(format!(
@@ -49,7 +58,12 @@ pub fn decide(device: &Path, probe: &Probe, fs_type: &str) -> Result<Option<Outc
         )))
     };
     match probe {
-        Probe::Blank => Ok(None),
+        Probe::Blank => match existing_data {
+            None => Ok(None),
+            Some(origin) => Err(Error::precondition(format!(
+                "{dev} has no filesystem signature libblkid knows, but the volume holds existing data (existingData: {origin}): refusing to make a {fs_type} filesystem on it. Use volumeMode: Block for raw data, or make the filesystem yourself if the device is meant to be empty"
+            ))),
+        },
         Probe::Filesystem { fs_type: found } if found == fs_type => Ok(Some(Outcome::Reused)),
         Probe::Filesystem { fs_type: found } => refuse(format!("a {found} filesystem")),
         Probe::PartitionTable { pt_type } => refuse(format!("a {pt_type} partition table")),
@@ -87,10 +101,15 @@ pub fn mkfs_args<'a>(fs_type: &str, device: &'a str) -> Result<Vec<&'a str>> {
 }
 
 /// Makes sure `device` holds a `fs_type` filesystem: probes it, formats it
-/// only when blank, refuses anything else.
-pub fn ensure_filesystem(device: &Path, fs_type: &str) -> Result<Outcome> {
+/// only when blank and not holding existing data ([`decide`]), refuses
+/// anything else.
+pub fn ensure_filesystem(
+    device: &Path,
+    fs_type: &str,
+    existing_data: Option<&str>,
+) -> Result<Outcome> {
     let probe = super::timed("probe", || sys::blkid::probe(device));
-    if let Some(outcome) = decide(device, &probe, fs_type)? {
+    if let Some(outcome) = decide(device, &probe, fs_type, existing_data)? {
         return Ok(outcome);
     }
     let dev = device.to_string_lossy();
@@ -108,11 +127,16 @@ mod tests {
     #[test]
     fn only_blank_devices_are_formatted_and_the_rest_named() {
         let dev = Path::new("/dev/nvme0n1");
-        assert_eq!(decide(dev, &Probe::Blank, "ext4"), Ok(None));
+        assert_eq!(decide(dev, &Probe::Blank, "ext4", None), Ok(None));
         let ext4 = Probe::Filesystem {
             fs_type: "ext4".into(),
         };
-        assert_eq!(decide(dev, &ext4, "ext4"), Ok(Some(Outcome::Reused)));
+        assert_eq!(decide(dev, &ext4, "ext4", None), Ok(Some(Outcome::Reused)));
+        assert_eq!(
+            decide(dev, &ext4, "ext4", Some("import-zvol")),
+            Ok(Some(Outcome::Reused)),
+            "an import's own filesystem is mounted"
+        );
         let cases = [
             (ext4, "a ext4 filesystem"),
             (
@@ -131,12 +155,24 @@ mod tests {
             (Probe::Unknown("ambiguous".into()), "ambiguous"),
         ];
         for (probe, found) in cases {
-            let e = decide(dev, &probe, "xfs").expect_err("refused");
+            let e = decide(dev, &probe, "xfs", None).expect_err("refused");
             assert_eq!(e.kind, super::super::error::Kind::FailedPrecondition);
             assert!(
                 e.message.contains(found) && e.message.contains("/dev/nvme0n1"),
                 "{e}"
             );
+        }
+    }
+
+    #[test]
+    fn a_blank_probe_of_a_volume_holding_data_is_refused_not_formatted() {
+        let dev = Path::new("/dev/nvme0n1");
+        for origin in ["import-zvol", "import-lv", "recovery"] {
+            let e = decide(dev, &Probe::Blank, "ext4", Some(origin)).expect_err("refused");
+            assert_eq!(e.kind, super::super::error::Kind::FailedPrecondition);
+            for part in ["/dev/nvme0n1", origin, "volumeMode: Block", "refusing"] {
+                assert!(e.message.contains(part), "{part}: {e}");
+            }
         }
     }
 

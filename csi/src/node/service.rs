@@ -6,6 +6,7 @@ use super::publish::PublishRequest;
 use super::stage::{Access, StageRequest};
 use super::{format::requested_fs_type, Node};
 use crate::publish_context::PublishContext;
+use crate::volume_context;
 use pillar_csi_proto::csi::v1::{
     self as pb, node_server, node_service_capability, volume_capability::AccessType,
     volume_usage::Unit,
@@ -99,6 +100,7 @@ impl node_server::Node for NodeService {
             context: PublishContext::from_map(&r.publish_context)
                 .map_err(|e| Status::invalid_argument(e.to_string()))?,
             access: access_of(r.volume_capability.as_ref())?,
+            existing_data: volume_context::existing_data(&r.volume_context),
         };
         self.run("NodeStageVolume", &volume_id, move |n| n.stage(&req))
             .await?;

@@ -44,6 +44,9 @@ pub struct StageRequest {
     pub context: PublishContext,
     /// Block or filesystem.
     pub access: Access,
+    /// The volume context's `existingData` (an import, an adoption, a
+    /// recovery): such a volume is never formatted.
+    pub existing_data: Option<String>,
 }
 
 /// The device number of a device node.
@@ -187,7 +190,7 @@ impl Node {
                 req.volume_id
             )));
         }
-        let outcome = ensure_filesystem(device, fs_type)?;
+        let outcome = ensure_filesystem(device, fs_type, req.existing_data.as_deref())?;
         tracing::info!(device = %device.display(), fs_type, formatted = (outcome == Outcome::Formatted), "filesystem ready");
         if self.config.fault == Some(Fault::HangBeforeMount) {
             tracing::warn!("fault injected: hanging before the mount");
