@@ -17,6 +17,17 @@ pub struct NodeArgs {
     /// iSCSI is used on this node: Probe then needs a reachable iscsid.
     #[arg(long)]
     pub(crate) iscsi: bool,
+    /// NVMe/TCP `ctrl_loss_tmo`: seconds a host keeps reconnecting to a
+    /// lost target, holding I/O, before it gives the controller up.
+    #[arg(long, default_value_t = 600)]
+    pub(crate) nvme_ctrl_loss_tmo: u32,
+    /// NVMe/TCP `reconnect_delay`: seconds between reconnect attempts.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) nvme_reconnect_delay: u32,
+    /// NVMe/TCP `fast_io_fail_tmo`: seconds after which held I/O fails while
+    /// the host still reconnects (unset: held for the whole ctrl_loss_tmo).
+    #[arg(long)]
+    pub(crate) nvme_fast_io_fail_tmo: Option<u32>,
 }
 
 /// Serves the Identity and Node services until SIGTERM or SIGINT.
@@ -25,6 +36,11 @@ pub fn run(args: NodeArgs) -> Result<(), String> {
     let mut config = NodeConfig::new(&args.node_name);
     config.state_dir = args.state_dir;
     config.iscsi = args.iscsi;
+    config.nvme_reconnect = csi::node::nvme::ReconnectPolicy {
+        ctrl_loss_tmo: args.nvme_ctrl_loss_tmo,
+        reconnect_delay: args.nvme_reconnect_delay,
+        fast_io_fail_tmo: args.nvme_fast_io_fail_tmo,
+    };
     // Tests only: stop NodeStageVolume at a chosen point (see `Fault`).
     config.fault = std::env::var("PILLAR_CSI_NODE_FAULT")
         .ok()

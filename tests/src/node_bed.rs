@@ -43,7 +43,8 @@ pub fn fence(uid: &str, generation: u64) -> Option<pb::FenceToken> {
 /// The agent, the plugin, and the node's identity.
 pub struct Bench {
     _parent: ZfsParent,
-    _agent: AgentProcess,
+    /// The agent's process.
+    pub agent_process: AgentProcess,
     /// The agent's client.
     pub agent: Client,
     /// The node plugin.
@@ -85,7 +86,7 @@ impl Bench {
             host_nqn: parts[1].to_owned(),
             iqn: parts[2].to_owned(),
             _parent: parent,
-            _agent: agent_process,
+            agent_process,
             agent,
             plugin,
             lab,
@@ -227,12 +228,45 @@ impl Bench {
         Ok(())
     }
 
+    /// Reboots the storage side as a power cycle does: the agent killed,
+    /// every nvmet and LIO object removed from configfs (the kernel target's
+    /// state does not survive a reboot), the agent started again, which
+    /// makes its exports again from its marks. Returns how long the target
+    /// was gone: from the kill until the restarted agent answered.
+    pub async fn reboot_storage(&mut self) -> Result<Duration> {
+        let start = std::time::Instant::now();
+        self.agent_process.kill()?;
+        empty_kernel_targets()?;
+        self.agent_process.restart().await?;
+        self.agent = self.agent_process.client().await?;
+        Ok(start.elapsed())
+    }
+
     /// A fresh folder for staging or publishing.
     pub fn path(&self, what: &str) -> PathBuf {
         let dir = self.lab.work.join("kubelet");
         let _ = fs::create_dir_all(&dir);
         dir.join(self.lab.unique(what))
     }
+}
+
+/// Removes every nvmet subsystem, port and host and every LIO target and
+/// iblock storage object, in the kernel's order, as a reboot leaves them.
+pub fn empty_kernel_targets() -> Result<()> {
+    let nvmet = nvmet::Nvmet::open()?;
+    let state = nvmet.read()?;
+    nvmet.teardown(&nvmet::Teardown {
+        subsystems: state.subsystems.keys().cloned().collect(),
+        ports: state.ports.keys().cloned().collect(),
+        hosts: state.hosts,
+    })?;
+    let lio = lio::Lio::open()?;
+    let state = lio.read()?;
+    lio.teardown(&lio::Teardown {
+        targets: state.targets.keys().cloned().collect(),
+        storage_objects: state.storage_objects.keys().cloned().collect(),
+    })?;
+    Ok(())
 }
 
 /// One agent volume and its publish context.

@@ -192,6 +192,7 @@ mod tests {
             nvme: NvmeHost {
                 sys: sys.to_owned(),
                 fabrics: sys.join("nvme-fabrics"),
+                reconnect: Default::default(),
             },
             iscsi: IscsiHost {
                 sys: sys.to_owned(),

@@ -66,6 +66,8 @@ pub struct NodeConfig {
     pub initiator_name_file: PathBuf,
     /// How long a connected volume's disk may take to appear.
     pub device_wait: Duration,
+    /// How NVMe/TCP controllers ride out a lost connection.
+    pub nvme_reconnect: nvme::ReconnectPolicy,
     /// A fault to inject for tests ([`Fault`]).
     pub fault: Option<Fault>,
 }
@@ -82,6 +84,7 @@ impl NodeConfig {
             host_id_file: initiator::HOST_ID_FILE.into(),
             initiator_name_file: initiator::INITIATOR_NAME_FILE.into(),
             device_wait: Duration::from_secs(60),
+            nvme_reconnect: nvme::ReconnectPolicy::default(),
             fault: None,
         }
     }
@@ -145,7 +148,10 @@ impl Node {
         Ok(Self {
             records: Records::open(&config.state_dir)?,
             attacher: Attacher {
-                nvme: nvme::NvmeHost::default(),
+                nvme: nvme::NvmeHost {
+                    reconnect: config.nvme_reconnect,
+                    ..Default::default()
+                },
                 iscsi: iscsi::IscsiHost::default(),
                 host: nvme::HostIdentity { nqn, id: host_id },
                 device_wait: config.device_wait,

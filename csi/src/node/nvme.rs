@@ -16,13 +16,48 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// How long the host keeps reconnecting a lost controller before it gives
-/// up and fails I/O (seconds): long enough to ride out a target restart,
-/// short enough that a vanished target is noticed (the kernel's default is
-/// 600, nvme-cli's too).
-pub const CTRL_LOSS_TMO: u32 = 60;
-/// Seconds between reconnect attempts.
-pub const RECONNECT_DELAY: u32 = 2;
+/// How a connected host rides out a lost connection to its target (the
+/// options written to `/dev/nvme-fabrics` at connect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconnectPolicy {
+    /// `ctrl_loss_tmo`: seconds the host keeps reconnecting a lost
+    /// controller, holding I/O, before it deletes the controller and fails
+    /// I/O for good. 600 (the kernel's and nvme-cli's default) rides out a
+    /// storage node's reboot; a controller deleted after it is not made
+    /// again until the volume is staged again.
+    pub ctrl_loss_tmo: u32,
+    /// `reconnect_delay`: seconds between reconnect attempts.
+    pub reconnect_delay: u32,
+    /// `fast_io_fail_tmo`: seconds after which held I/O fails while the
+    /// host still reconnects. `None` (the default) holds I/O for the whole
+    /// `ctrl_loss_tmo`, so a filesystem sees a pause, not an error; set it
+    /// only where a failover layer (multipath) wants errors early.
+    pub fast_io_fail_tmo: Option<u32>,
+}
+
+impl Default for ReconnectPolicy {
+    fn default() -> Self {
+        Self {
+            ctrl_loss_tmo: 600,
+            reconnect_delay: 2,
+            fast_io_fail_tmo: None,
+        }
+    }
+}
+
+impl ReconnectPolicy {
+    /// The connect options of this policy.
+    fn options(&self) -> String {
+        let mut o = format!(
+            "ctrl_loss_tmo={},reconnect_delay={}",
+            self.ctrl_loss_tmo, self.reconnect_delay
+        );
+        if let Some(t) = self.fast_io_fail_tmo {
+            o.push_str(&format!(",fast_io_fail_tmo={t}"));
+        }
+        o
+    }
+}
 
 /// An NVMe/TCP subsystem to connect to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +86,8 @@ pub struct NvmeHost {
     pub sys: PathBuf,
     /// `/dev/nvme-fabrics`.
     pub fabrics: PathBuf,
+    /// How new controllers reconnect.
+    pub reconnect: ReconnectPolicy,
 }
 
 impl Default for NvmeHost {
@@ -58,6 +95,7 @@ impl Default for NvmeHost {
         Self {
             sys: "/sys".into(),
             fabrics: "/dev/nvme-fabrics".into(),
+            reconnect: ReconnectPolicy::default(),
         }
     }
 }
@@ -144,8 +182,13 @@ impl NvmeHost {
             return Ok((ctrl, false));
         }
         let options = format!(
-            "nqn={},transport=tcp,traddr={},trsvcid={},hostnqn={},hostid={},ctrl_loss_tmo={CTRL_LOSS_TMO},reconnect_delay={RECONNECT_DELAY}",
-            target.nqn, target.address, target.port, host.nqn, host.id
+            "nqn={},transport=tcp,traddr={},trsvcid={},hostnqn={},hostid={},{}",
+            target.nqn,
+            target.address,
+            target.port,
+            host.nqn,
+            host.id,
+            self.reconnect.options()
         );
         let what = format!(
             "connecting to {} at {}:{}",
@@ -250,7 +293,22 @@ mod tests {
         NvmeHost {
             sys: root.to_owned(),
             fabrics: root.join("nvme-fabrics"),
+            reconnect: ReconnectPolicy::default(),
         }
+    }
+
+    #[test]
+    fn reconnect_options_hold_io_through_a_storage_reboot_unless_told() {
+        let policy = ReconnectPolicy::default();
+        assert_eq!(policy.options(), "ctrl_loss_tmo=600,reconnect_delay=2");
+        let fast = ReconnectPolicy {
+            fast_io_fail_tmo: Some(30),
+            ..policy
+        };
+        assert_eq!(
+            fast.options(),
+            "ctrl_loss_tmo=600,reconnect_delay=2,fast_io_fail_tmo=30"
+        );
     }
 
     fn target() -> Target {
