@@ -10,8 +10,9 @@ use crate::{
     service::Agent,
 };
 use pillar_csi_proto::agent::v1::agent_service_server::AgentServiceServer;
+use pillar_csi_proto::tls::{ServerTls, TlsFiles};
 use std::sync::Arc;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 use tracing::{info, warn};
 
 /// The nvmet port ID the agent's NVMe/TCP listener uses.
@@ -172,36 +173,42 @@ pub async fn serve(config: &AgentConfig, agent: Agent, version: &str) -> Result<
         });
     }
     let limits = config.limits;
-    let mut server = Server::builder().timeout(std::time::Duration::from_secs(
-        limits.request_timeout_seconds,
-    ));
-    if !config.insecure_plaintext {
-        let read = |p: &Option<std::path::PathBuf>| -> Result<Vec<u8>, ServeError> {
-            let p = p
-                .as_ref()
-                .ok_or_else(|| ServeError::Startup("TLS file missing".into()))?;
-            std::fs::read(p).map_err(|e| ServeError::Startup(format!("{}: {e}", p.display())))
-        };
-        let tls = ServerTlsConfig::new()
-            .identity(Identity::from_pem(
-                read(&config.tls.cert)?,
-                read(&config.tls.key)?,
-            ))
-            .client_ca_root(Certificate::from_pem(read(&config.tls.client_ca)?));
-        server = server.tls_config(tls)?;
-    } else {
-        warn!("serving gRPC in plaintext: for labs only");
-    }
-    info!(listen = %config.listen, "agent serving");
-    server
+    let router = Server::builder()
+        .timeout(std::time::Duration::from_secs(
+            limits.request_timeout_seconds,
+        ))
         .layer(crate::limits::LimitsLayer::new(
             limits.max_concurrent_requests,
         ))
         .add_service(
             AgentServiceServer::new(AgentGrpc::new(agent, version))
                 .max_decoding_message_size(limits.max_message_bytes),
+        );
+    info!(listen = %config.listen, "agent serving");
+    if config.insecure_plaintext {
+        warn!("serving gRPC in plaintext: for labs only");
+        router
+            .serve_with_shutdown(config.listen, shutdown_signal())
+            .await?;
+        return Ok(());
+    }
+    let missing = || ServeError::Startup("TLS file missing".into());
+    let files = TlsFiles {
+        cert: config.tls.cert.clone().ok_or_else(missing)?,
+        key: config.tls.key.clone().ok_or_else(missing)?,
+        ca: config.tls.client_ca.clone().ok_or_else(missing)?,
+    };
+    // Re-read at every handshake: certificates renewed in place are served
+    // without a restart (pillar_csi_proto::tls).
+    let tls = ServerTls::server(files).map_err(|e| ServeError::Startup(e.to_string()))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| ServeError::Startup(format!("listen on {}: {e}", config.listen)))?;
+    router
+        .serve_with_incoming_shutdown(
+            crate::tls::incoming(listener, Arc::new(tls)),
+            shutdown_signal(),
         )
-        .serve_with_shutdown(config.listen, shutdown_signal())
         .await?;
     Ok(())
 }

@@ -13,7 +13,7 @@ use crate::{
         Agent,
     },
 };
-use pillar_csi_lab::tls::{Ca, Pem};
+use pillar_csi_lab::tls::{Ca, Pem, Projected};
 use pillar_csi_proto::agent::v1::{self as pb, agent_service_client::AgentServiceClient};
 use std::{
     net::SocketAddr,
@@ -48,9 +48,20 @@ fn free_port() -> R<SocketAddr> {
 }
 
 async fn served(limits: Limits) -> R<Served> {
+    served_as(limits, |ca, _| ca.server("agent", LOOPBACK.into())).await
+}
+
+const LOOPBACK: [u8; 4] = [127, 0, 0, 1];
+
+/// A served agent whose server certificate `server` makes (from the CA, in
+/// the served folder).
+async fn served_as(
+    limits: Limits,
+    server: impl FnOnce(&Ca, &std::path::Path) -> R<Pem>,
+) -> R<Served> {
     let dir = tempfile::tempdir()?;
     let ca = Ca::new(dir.path(), "agent-ca")?;
-    let server = ca.server("agent", [127, 0, 0, 1].into())?;
+    let server = server(&ca, dir.path())?;
     let state = dir.path().join("state");
     let exporter = Arc::new(SimExporter::default());
     let agent = Agent::new(
@@ -326,5 +337,53 @@ async fn a_request_past_its_deadline_is_answered_and_the_export_still_lands() ->
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     c.export_volume(export("late")).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_certificate_renewed_in_place_is_served_without_a_restart() -> R {
+    let started = Instant::now();
+    let at = |what: &str| eprintln!("{:5.1} s  {what}", started.elapsed().as_secs_f64());
+    let mut mounted = None;
+    let s = served_as(Limits::default(), |ca, dir| {
+        let short =
+            ca.short_lived_server("agent-short", LOOPBACK.into(), Duration::from_secs(4))?;
+        let projected = Projected::new(&dir.join("mtls"), &short, &ca.pem.cert)?;
+        let pem = projected.pem.clone();
+        mounted = Some(projected);
+        Ok(pem)
+    })
+    .await?;
+    let mut mounted = mounted.ok_or("the certificate was not mounted")?;
+    at("agent serving a server certificate valid for 4 s");
+    let good = s.ca.client("controller")?;
+    // Each call on a new connection: a handshake with the server's
+    // certificate of that moment.
+    let call = || async {
+        s.client(Some(&good))
+            .await?
+            .health_check(pb::HealthCheckRequest {})
+            .await?;
+        R::Ok(())
+    };
+    call().await?;
+    at("a new connection is answered");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        match call().await {
+            Ok(()) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Ok(()) => return Err("the certificate did not expire within 20 s".into()),
+            Err(e) => break format!("{e:?}"),
+        }
+    };
+    assert!(refused.contains("Expired"), "{refused}");
+    at("the certificate expired: a new connection's handshake fails");
+    let renewed = s.ca.server("agent-renewed", LOOPBACK.into())?;
+    mounted.swap(&renewed, &s.ca.pem.cert)?;
+    at("renewed in place (..data swapped to the new files)");
+    call().await?;
+    at("the next new connection is answered, the agent not restarted");
     Ok(())
 }

@@ -7,6 +7,11 @@
 //!   Controller, GroupController, SnapshotMetadata and Node services that
 //!   kubelet and the CSI sidecars call. `csi/conformance` checks the proto
 //!   against the official Go bindings' descriptor (`make test`).
+//!
+//! And [`tls`], the agent link's mutual TLS for both ends, rebuilt when the
+//! certificate files are renewed in place.
+
+pub mod tls;
 
 /// `pillar_csi.agent.v1`: the storage-node agent's service.
 #[allow(missing_docs, clippy::all)]

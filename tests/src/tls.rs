@@ -6,6 +6,7 @@ use std::{
     fs,
     net::IpAddr,
     path::{Path, PathBuf},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 /// A certificate and its private key, both PEM files.
@@ -85,6 +86,42 @@ impl Ca {
     /// A client certificate named `name` that expired a year ago (valid
     /// for one day in 2025), signed by this CA.
     pub fn expired_client(&self, name: &str) -> Result<Pem> {
+        self.signed_between(
+            name,
+            &format!("extendedKeyUsage=clientAuth\nsubjectAltName=DNS:{name}\n"),
+            "20250101000000Z",
+            "20250102000000Z",
+        )
+    }
+
+    /// A server certificate for `ip` (as [`Ca::server`]) that expires
+    /// `valid_for` from now (whole seconds; valid since a minute ago).
+    pub fn short_lived_server(&self, name: &str, ip: IpAddr, valid_for: Duration) -> Result<Pem> {
+        let (start, end) = from_now(valid_for)?;
+        self.signed_between(
+            name,
+            &format!("extendedKeyUsage=serverAuth\nsubjectAltName=IP:{ip}\n"),
+            &start,
+            &end,
+        )
+    }
+
+    /// A client certificate (as [`Ca::client`]) that expires `valid_for`
+    /// from now (whole seconds; valid since a minute ago).
+    pub fn short_lived_client(&self, name: &str, valid_for: Duration) -> Result<Pem> {
+        let (start, end) = from_now(valid_for)?;
+        self.signed_between(
+            name,
+            &format!("extendedKeyUsage=clientAuth\nsubjectAltName=DNS:{name}\n"),
+            &start,
+            &end,
+        )
+    }
+
+    /// A certificate named `name` with `extensions`, valid from `start` to
+    /// `end` (`YYYYMMDDHHMMSSZ`), signed by this CA through `openssl ca`
+    /// (`openssl x509` takes whole days only).
+    fn signed_between(&self, name: &str, extensions: &str, start: &str, end: &str) -> Result<Pem> {
         let pem = self.request(name)?;
         let db = self.dir.join(format!("{name}.db"));
         fs::create_dir_all(&db)?;
@@ -98,10 +135,7 @@ impl Ca {
                 db = path_str(&db)?
             ),
         )?;
-        let ext = self.extensions(
-            name,
-            &format!("extendedKeyUsage=clientAuth\nsubjectAltName=DNS:{name}\n"),
-        )?;
+        let ext = self.extensions(name, extensions)?;
         run(
             "openssl",
             &[
@@ -115,9 +149,9 @@ impl Ca {
                 "-keyfile",
                 path_str(&self.pem.key)?,
                 "-startdate",
-                "20250101000000Z",
+                start,
                 "-enddate",
-                "20250102000000Z",
+                end,
                 "-extfile",
                 path_str(&ext)?,
                 "-in",
@@ -204,5 +238,71 @@ impl Ca {
             ],
         )?;
         Ok(pem)
+    }
+}
+
+/// `openssl ca` dates (UTC, `YYYYMMDDHHMMSSZ`) of a minute ago and of
+/// `valid_for` from now.
+fn from_now(valid_for: Duration) -> Result<(String, String)> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+    let at = |secs: u64| -> Result<String> {
+        let out = run("date", &["-u", "-d", &format!("@{secs}"), "+%Y%m%d%H%M%SZ"])?;
+        Ok(out.trim().to_owned())
+    };
+    Ok((at(now.saturating_sub(60))?, at(now + valid_for.as_secs())?))
+}
+
+/// A folder laid out as kubelet mounts a Secret: `tls.crt`, `tls.key` and
+/// `ca.crt` are symlinks through the `..data` symlink into a folder of the
+/// Secret's version, and a renewal ([`Projected::swap`]) writes a new
+/// version folder and swaps `..data` to it with one rename, so a reader
+/// sees the old files or the new ones, never a mix.
+#[derive(Debug)]
+pub struct Projected {
+    dir: PathBuf,
+    version: u32,
+    /// The mounted certificate and key (`tls.crt`, `tls.key`).
+    pub pem: Pem,
+    /// The mounted CA (`ca.crt`).
+    pub ca: PathBuf,
+}
+
+impl Projected {
+    /// `pem` and the CA `ca` mounted under `dir` (created).
+    pub fn new(dir: &Path, pem: &Pem, ca: &Path) -> Result<Self> {
+        fs::create_dir_all(dir)?;
+        let mut projected = Projected {
+            dir: dir.to_owned(),
+            version: 0,
+            pem: Pem {
+                cert: dir.join("tls.crt"),
+                key: dir.join("tls.key"),
+            },
+            ca: dir.join("ca.crt"),
+        };
+        projected.swap(pem, ca)?;
+        for name in ["tls.crt", "tls.key", "ca.crt"] {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), dir.join(name))?;
+        }
+        Ok(projected)
+    }
+
+    /// Renews the mounted files in place with `pem` and `ca`, as kubelet
+    /// does when cert-manager renews the Secret.
+    pub fn swap(&mut self, pem: &Pem, ca: &Path) -> Result<()> {
+        self.version += 1;
+        let name = format!("..v{}", self.version);
+        let version = self.dir.join(&name);
+        fs::create_dir(&version)?;
+        fs::copy(&pem.cert, version.join("tls.crt"))?;
+        fs::copy(&pem.key, version.join("tls.key"))?;
+        fs::copy(ca, version.join("ca.crt"))?;
+        let tmp = self.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&name, &tmp)?;
+        fs::rename(&tmp, self.dir.join("..data"))?;
+        if self.version > 1 {
+            fs::remove_dir_all(self.dir.join(format!("..v{}", self.version - 1)))?;
+        }
+        Ok(())
     }
 }
