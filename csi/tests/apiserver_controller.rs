@@ -521,11 +521,12 @@ async fn refusals_name_what_is_wrong_and_the_record_comes_first() -> Result {
 async fn a_refusal_is_an_event_on_the_claim_text_for_text() -> Result {
     let bed = bed().await?;
     bed.server.kubectl(&["create", "namespace", "db"])?;
-    claim(&bed, "db", "data-0", &[]).await?;
+    let pvc = claim(&bed, "db", "data-0", &[]).await?;
+    let name = format!("pvc-{}", pvc.metadata.uid.ok_or("PVC without UID")?);
     let e = bed
         .controller
         .create_volume(Request::new(create_request(
-            "pvc-3",
+            &name,
             1 << 20,
             &[
                 ("pillarStorageClass", "cold"),

@@ -8,6 +8,7 @@ mod common;
 
 use api::crd::*;
 use common::*;
+use csi::controller::import;
 use csi::controller::reservations::name_for;
 use csi::node_id::NodeId;
 use kube::api::{Api, PostParams};
@@ -564,8 +565,20 @@ async fn preserved_lvs_are_released_and_managed_lvs_deleted() -> Result {
         .into_inner();
     assert_eq!(grown.capacity_bytes, (128 * MIB) as i64);
 
-    // DeleteVolume: ReleaseVolume for PreserveOriginal (the LV stays),
-    // DeleteVolume for Managed (the LV goes).
+    // The Managed LV is used (published, so its claim was bound) ...
+    let node = NodeId::new("worker-a", NQN, IQN)?;
+    bed.controller
+        .controller_publish_volume(Request::new(publish(&v2.volume_id, &node)))
+        .await?;
+    bed.controller
+        .controller_unpublish_volume(Request::new(pb::ControllerUnpublishVolumeRequest {
+            volume_id: v2.volume_id.clone(),
+            node_id: node.to_string(),
+            ..Default::default()
+        }))
+        .await?;
+    // ... then DeleteVolume: ReleaseVolume for PreserveOriginal (the LV
+    // stays), DeleteVolume for Managed (the LV goes).
     let calls = bed.agent_calls();
     delete(&bed, &v.volume_id).await?;
     assert_eq!(bed.agent_calls_since(calls), vec!["release_volume"]);
@@ -660,7 +673,8 @@ async fn filesystem_and_backend_annotations_shape_a_new_volume() -> Result {
 }
 
 #[tokio::test]
-async fn a_retry_after_the_claim_was_deleted_completes_the_recorded_import() -> Result {
+async fn a_retry_after_the_claim_was_deleted_or_re_created_is_refused_and_the_import_released(
+) -> Result {
     let bed = bed().await?;
     bed.server.kubectl(&["create", "namespace", "db"])?;
     bed.add_zvol("orphan", 96 * MIB);
@@ -669,34 +683,60 @@ async fn a_retry_after_the_claim_was_deleted_completes_the_recorded_import() -> 
     let e = refused(&bed, &pv, 64 * MIB, "hot", "orphan").await;
     assert_eq!(e.code(), Code::Unavailable, "{e:?}");
     bed.agent_at(bed.agent_port)?;
-    // The claim goes; the provisioner retries to learn whether a volume
-    // exists: the record's import stands for the claim's annotation.
-    // (The API server's admission adds kubernetes.io/pvc-protection, which
-    // only the absent controller-manager would remove.)
-    bed.server.kubectl(&[
-        "-n",
-        "db",
-        "patch",
-        "pvc",
-        "orphan",
-        "--type=merge",
-        "-p",
-        "{\"metadata\":{\"finalizers\":null}}",
-    ])?;
-    bed.server
-        .kubectl(&["-n", "db", "delete", "pvc", "orphan"])?;
-    let volume = create(&bed, &pv, 64 * MIB, "hot", "orphan").await?;
-    assert_eq!(volume.capacity_bytes, (96 * MIB) as i64);
+    let gone = format!("volume {pv:?} is not provisioned for a claim that is gone: its records are removed without destroying an imported volume");
+    // The claim goes; the provisioner's retry is refused (FAILED_PRECONDITION,
+    // final) before the agent is called: the import is not completed for a
+    // claim that can never bind to it.
+    bed.delete_claim("db", "orphan").await?;
+    let calls = bed.agent_calls();
+    let e = refused(&bed, &pv, 64 * MIB, "hot", "orphan").await;
     assert_eq!(
-        bed.last_create().map(|c| c.import_zvol),
-        Some("tank/k8s/orphan".to_owned())
+        (e.code(), e.message()),
+        (
+            Code::FailedPrecondition,
+            format!("PersistentVolumeClaim db/orphan does not exist; {gone}").as_str()
+        )
     );
-    // ... and then deletes it: an import that completed is destroyed
-    // under reclaimPolicy Delete.
-    delete(&bed, &volume.volume_id).await?;
-    assert_eq!(bed.zvol("orphan"), None);
-    assert!(states(&bed).await?.is_empty());
-    assert!(reservations(&bed).await?.is_empty());
+    // The user re-creates the claim under its name (the spec's step 5):
+    // the old claim's retry does not take the new claim for its own, and
+    // posts nothing on it.
+    let again = claim(&bed, "db", "orphan", &[(ZVOL, "tank/k8s/orphan")]).await?;
+    let uid = again.trim_start_matches("pvc-");
+    let seen = warnings(&bed, "db", "orphan").await?.len();
+    let e = refused(&bed, &pv, 64 * MIB, "hot", "orphan").await;
+    assert_eq!(
+        (e.code(), e.message()),
+        (
+            Code::FailedPrecondition,
+            format!("PersistentVolumeClaim db/orphan is not the claim of volume {pv:?}: its UID is {uid} (the claim was deleted and re-created); {gone}").as_str()
+        )
+    );
+    assert_eq!(warnings(&bed, "db", "orphan").await?.len(), seen);
+    assert_eq!(bed.agent_calls_since(calls), Vec::<&str>::new());
+    let record = state(&bed, &pv).await?.ok_or("the old record went")?;
+    assert_eq!(import::completed(&record), Some(false));
+    // The new claim waits for the old records, which the reaper removes:
+    // ReleaseVolume, nothing destroyed.
+    let e = refused(&bed, &again, 64 * MIB, "hot", "orphan").await;
+    assert!(
+        e.message().contains("is already managed by volume"),
+        "{e:?}"
+    );
+    let calls = bed.agent_calls();
+    assert_eq!(bed.reconcilers().await?.reap().await, 0);
+    assert_eq!(
+        bed.agent_calls_since(calls),
+        vec!["list_volumes", "release_volume"]
+    );
+    assert!(state(&bed, &pv).await?.is_none());
+    assert_eq!(bed.zvol("orphan"), Some(96 * MIB));
+    assert_eq!(bed.destroyed(), 0);
+    // The new claim imports the zvol.
+    let volume = create(&bed, &again, 64 * MIB, "hot", "orphan").await?;
+    assert_eq!(volume.capacity_bytes, (96 * MIB) as i64);
+    let held = reservations(&bed).await?;
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].spec.owner_volume, again);
     // A claim that never existed is still refused, naming it.
     let e = refused(&bed, "pvc-none", 64 * MIB, "hot", "never").await;
     assert_eq!(e.message(), "PersistentVolumeClaim db/never does not exist");

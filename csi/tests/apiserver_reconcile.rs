@@ -649,8 +649,9 @@ async fn the_reaper_forgets_abandoned_claims_and_keeps_what_the_spec_keeps() -> 
 
     // 3. Records the reaper keeps although their claims are gone: a
     //    recovery record (born RecoveryPending, no status yet), a Ready
-    //    record (a Retain PV deleted by hand leaves it, by the spec), and
-    //    a Pending record whose PV exists.
+    //    record of a claim that was bound (published: a Retain PV deleted
+    //    by hand leaves it, by the spec), and a Pending record whose PV
+    //    exists.
     let mut recovery = import_record("pvc-recovery", "gone-1", "gone-1");
     recovery.spec.imported_from = None;
     recovery.spec.agent_volume_id = "tank/recovered".into();
@@ -678,7 +679,9 @@ async fn the_reaper_forgets_abandoned_claims_and_keeps_what_the_spec_keeps() -> 
         .patch_status(
             "pvc-ready",
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"status": {"phase": "Ready"}})),
+            &Patch::Merge(
+                serde_json::json!({"status": {"phase": "Ready", "publicationGeneration": 2}}),
+            ),
         )
         .await?;
     let mut bound = import_record("pvc-bound", "gone-3", "gone-3");

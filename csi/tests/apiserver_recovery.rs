@@ -562,18 +562,24 @@ async fn a_recovery_record_serves_nothing_and_is_checked_before_the_agent() -> R
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "32Mi"}}},
     }))?;
     claims.create(&PostParams::default(), &other_claim).await?;
-    let why = refused(
-        &bed,
-        &name,
-        "intruder",
-        create(&bed, &name, "intruder").await,
-        Code::FailedPrecondition,
-    )
-    .await?;
+    // The volume's name carries the record's claim's UID, not the
+    // intruder's: the refusal is the record's, and no event goes to a
+    // claim the volume is not for.
+    let e = create(&bed, &name, "intruder")
+        .await
+        .expect_err("CreateVolume for another claim");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    let why = e.message().to_owned();
     assert!(
         why.contains("spec.claimRef names claim db/data-c with UID"),
         "{why}"
     );
+    assert!(warnings(&bed, "default", "PillarVolumeState", &name)
+        .await?
+        .contains(&why));
+    assert!(warnings(&bed, "db", "PersistentVolumeClaim", "intruder")
+        .await?
+        .is_empty());
 
     // Still pending after all of it: delete is refused, the record kept.
     let e = bed
@@ -617,7 +623,7 @@ async fn operator_client(
 /// at newGeneration, the record is Ready with that generation, the lost
 /// PV's handle comes back, and publishing works under the new token.
 #[tokio::test]
-async fn a_recovery_commits_through_the_controller() -> Result {
+async fn a_recovery_commits_through_the_controller_and_delete_releases_a_preserved_lv() -> Result {
     let bed = bed_with(true).await?;
     bed.server.kubectl(&["create", "namespace", "db"])?;
     let lv_uuid = bed._fixture.lvm.add("legacy", 32 << 20);
@@ -727,5 +733,37 @@ async fn a_recovery_commits_through_the_controller() -> Result {
         state.status.as_ref().and_then(|s| s.publication_generation),
         Some(6)
     );
+    bed.controller
+        .controller_unpublish_volume(Request::new(pb::ControllerUnpublishVolumeRequest {
+            volume_id: HANDLE.into(),
+            node_id: node.into(),
+            ..Default::default()
+        }))
+        .await?;
+    let generation = record(&bed, &name)
+        .await?
+        .status
+        .and_then(|s| s.publication_generation)
+        .ok_or("no generation")?;
+    // DeleteVolume of the recovered PreserveOriginal LV releases it (the
+    // agent checks identity and idleness, the LV stays), as for an LV
+    // adopted so: the release the controller sent, repeated (its retry
+    // after a lost answer), succeeds instead of "lifecycle has ended".
+    bed.controller
+        .delete_volume(Request::new(pb::DeleteVolumeRequest {
+            volume_id: HANDLE.into(),
+            ..Default::default()
+        }))
+        .await?;
+    assert!(bed._fixture.lvm.lv("legacy").is_some(), "the LV stays");
+    c.release_volume(agent::ReleaseVolumeRequest {
+        volume_id: "data-vg/legacy".into(),
+        backend_type: agent::BackendType::Lvm as i32,
+        fence: Some(agent::FenceToken {
+            volume_uid: uid.clone(),
+            generation,
+        }),
+    })
+    .await?;
     Ok(())
 }

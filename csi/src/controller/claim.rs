@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::Api;
 use kube::ResourceExt;
 use pillar_csi_proto::csi::v1 as csi;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The parameters the external-provisioner adds with `--extra-create-metadata`.
 pub const PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
@@ -76,61 +76,102 @@ pub fn reference(claim: &PersistentVolumeClaim) -> ClaimRef {
     }
 }
 
+/// Whether the claim of UID `uid` is the one the volume `csi_name` is
+/// provisioned for. The external-provisioner names a claim's volume
+/// `<prefix>-<claim UID>` (`pvc-<UID>` by default), or with
+/// `--volume-name-uuid-length` `<prefix>-<the UID without dashes, cut>`:
+/// a claim deleted and re-created under its name has another UID, so a
+/// retry of the old claim's CreateVolume never reads the new claim.
+pub fn names_claim(csi_name: &str, uid: &str) -> bool {
+    if uid.is_empty() {
+        return false;
+    }
+    if csi_name
+        .strip_suffix(uid)
+        .is_some_and(|prefix| prefix.ends_with('-'))
+    {
+        return true;
+    }
+    let compact = uid.replace('-', "");
+    csi_name
+        .rsplit_once('-')
+        .is_some_and(|(_, cut)| !cut.is_empty() && compact.starts_with(cut))
+}
+
 impl Controller {
-    /// What the claim of a CreateVolume asks, and its reference. When the
-    /// claim is gone but the volume's record exists (the provisioner
-    /// retries a CreateVolume after the claim's deletion, to learn whether
-    /// a volume exists to delete), the record's import stands for it.
+    /// What the claim of a CreateVolume asks, and its reference. A claim
+    /// that is gone (deleted, or re-created under its name with another
+    /// UID) is refused before any agent call, also when the volume's record
+    /// exists: an import is never completed for a claim that cannot bind
+    /// to it, and the record is left to the reaper, which releases an
+    /// import and deletes a volume it created.
     pub(super) async fn wants_of(
         &self,
         request: &csi::CreateVolumeRequest,
         place: &Placement,
         existing: Option<&PillarVolumeState>,
     ) -> Result<(Wants, Option<ClaimRef>)> {
-        match (self.claim(&request.parameters).await, existing) {
-            (Ok(claim), _) => {
-                let annotations = claim.as_ref().map(|c| c.annotations().clone());
-                let wants = wants(
-                    &annotations.unwrap_or_default(),
-                    place,
-                    &request.volume_capabilities,
-                )?;
-                Ok((wants, claim.as_ref().map(reference)))
-            }
-            (Err(Error::FailedPrecondition(_)), Some(state)) => Ok((
-                Wants {
-                    import: import::recorded(state)?,
-                    ..Wants::default()
-                },
-                state.spec.claim_ref.clone(),
-            )),
-            (Err(e), _) => Err(e),
-        }
+        let claim = match existing {
+            Some(_) => self.claim_of_record(request).await?,
+            None => self.claim(request).await?,
+        };
+        let annotations = claim.as_ref().map(|c| c.annotations().clone());
+        let wants = wants(
+            &annotations.unwrap_or_default(),
+            place,
+            &request.volume_capabilities,
+        )?;
+        Ok((wants, claim.as_ref().map(reference)))
     }
 
-    /// The claim named by the provisioner's parameters (`None` without
-    /// them); a named claim that does not exist is refused.
+    /// [`Self::claim`] for a volume whose record exists; a claim that is
+    /// gone is refused saying what becomes of the record.
+    pub(super) async fn claim_of_record(
+        &self,
+        request: &csi::CreateVolumeRequest,
+    ) -> Result<Option<PersistentVolumeClaim>> {
+        self.claim(request).await.map_err(|e| match e {
+            Error::FailedPrecondition(why) => Error::FailedPrecondition(format!(
+                "{why}; volume {:?} is not provisioned for a claim that is gone: its records are removed without destroying an imported volume",
+                request.name
+            )),
+            e => e,
+        })
+    }
+
+    /// The claim of a CreateVolume, named by the provisioner's parameters
+    /// (`None` without them). A named claim that does not exist, or whose
+    /// UID is not the one in the volume's name ([`names_claim`]), is
+    /// refused: FAILED_PRECONDITION, final for the provisioner.
     pub(super) async fn claim(
         &self,
-        parameters: &HashMap<String, String>,
+        request: &csi::CreateVolumeRequest,
     ) -> Result<Option<PersistentVolumeClaim>> {
+        let parameters = &request.parameters;
         let (Some(name), Some(namespace)) =
             (parameters.get(PVC_NAME), parameters.get(PVC_NAMESPACE))
         else {
             return Ok(None);
         };
-        Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
+        let claim = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
             .await
             .map_err(Error::kube(format!(
                 "read PersistentVolumeClaim {namespace}/{name}"
             )))?
-            .map(Some)
             .ok_or_else(|| {
                 Error::FailedPrecondition(format!(
                     "PersistentVolumeClaim {namespace}/{name} does not exist"
                 ))
-            })
+            })?;
+        let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+        if !names_claim(&request.name, uid) {
+            return Err(Error::FailedPrecondition(format!(
+                "PersistentVolumeClaim {namespace}/{name} is not the claim of volume {:?}: its UID is {uid} (the claim was deleted and re-created)",
+                request.name
+            )));
+        }
+        Ok(Some(claim))
     }
 
     /// Before an import's record or agent call: refuses when another
@@ -165,5 +206,26 @@ impl Controller {
         })?;
         self.reservations.take(import, agent, name, claim).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_claim;
+
+    #[test]
+    fn a_volume_names_only_the_claim_of_its_uid() {
+        let uid = "0d5201a5-3c1e-4c55-a2a7-3f7d3c4e9b10";
+        assert!(names_claim(&format!("pvc-{uid}"), uid));
+        assert!(names_claim(&format!("my-prefix-{uid}"), uid));
+        // --volume-name-uuid-length: the UID without dashes, cut.
+        assert!(names_claim("pvc-0d5201a53c1e", uid));
+        // A claim re-created under its name has another UID.
+        let other = "7b1c2d3e-0000-4c55-a2a7-3f7d3c4e9b10";
+        assert!(!names_claim(&format!("pvc-{uid}"), other));
+        assert!(!names_claim("pvc-0d5201a53c1e", other));
+        assert!(!names_claim(&format!("pvc-x{uid}"), ""));
+        assert!(!names_claim(uid, uid));
+        assert!(!names_claim("pvc-", uid));
     }
 }

@@ -214,41 +214,6 @@ impl Import {
     }
 }
 
-/// The import a record was created with (`None` for a created volume), for
-/// a retry whose claim is already gone.
-pub fn recorded(state: &PillarVolumeState) -> Result<Option<Import>> {
-    let id = |backend| {
-        AgentVolumeId::parse(backend, &state.spec.agent_volume_id)
-            .map_err(|e| Error::FailedPrecondition(format!("the record's agentVolumeID: {e}")))
-    };
-    let bad = |e: api::annotations::InvalidAnnotation| {
-        Error::FailedPrecondition(format!("the record's import source: {e}"))
-    };
-    if let Some(d) = &state.spec.imported_from {
-        return Ok(Some(Import {
-            source: Source::Zvol(parse_import_zvol(d).map_err(bad)?),
-            agent_volume_id: id(Backend::ZfsZvol)?,
-        }));
-    }
-    let Some(s) = &state.spec.lvm_source else {
-        return Ok(None);
-    };
-    let identity = parse_import_lv(&format!(
-        "{}/{}:{}:{}",
-        s.volume_group, s.logical_volume, s.volume_group_uuid, s.logical_volume_uuid
-    ))
-    .map_err(bad)?;
-    let policy = if s.preserve_original {
-        LvPolicy::PreserveOriginal
-    } else {
-        LvPolicy::Managed
-    };
-    Ok(Some(Import {
-        source: Source::Lv { identity, policy },
-        agent_volume_id: id(Backend::LvmLv)?,
-    }))
-}
-
 /// How an existing record's source reads in a message.
 fn recorded_source(state: &PillarVolumeState) -> Option<String> {
     if let Some(d) = &state.spec.imported_from {
@@ -328,6 +293,35 @@ pub fn completed(state: &PillarVolumeState) -> Option<bool> {
         state.status.as_ref().and_then(|s| s.phase),
         Some(VolumePhase::Ready | VolumePhase::Deleting)
     ))
+}
+
+/// Whether the controller saw the record's claim bound to its volume: it
+/// published the volume at least once (ControllerPublishVolume comes only
+/// for a PersistentVolume bound to the claim a pod uses, and raises the
+/// publication generation), or the record is a metadata-loss recovery (the
+/// lost volume was bound and holds its data).
+pub fn seen_bound(state: &PillarVolumeState) -> bool {
+    super::state::generation(state) > 0 || state.spec.recovery.is_some()
+}
+
+/// Whether the volume is an LV kept PreserveOriginal: adopted so
+/// (`spec.lvmSource`) or recovered so (`spec.recovery.source`).
+pub fn preserves_original(state: &PillarVolumeState) -> bool {
+    let adopted = state.spec.lvm_source.as_ref();
+    let recovered = state.spec.recovery.as_ref().map(|r| &r.source);
+    adopted.or(recovered).is_some_and(|s| s.preserve_original)
+}
+
+/// Whether DeleteVolume only releases the volume (ReleaseVolume: the agent
+/// checks and forgets it, nothing is destroyed) instead of deleting it: an
+/// LV kept PreserveOriginal, an import that never completed, and an import
+/// whose claim the controller never saw bound ([`seen_bound`]): a claim
+/// deleted before it bound (its PersistentVolume made after it was gone,
+/// then Released) never destroys the volume it asked to import.
+pub fn released_on_delete(state: &PillarVolumeState) -> bool {
+    preserves_original(state)
+        || (recorded_source(state).is_some()
+            && (completed(state) == Some(false) || !seen_bound(state)))
 }
 
 /// The refusal when another record already holds the volume to import.

@@ -2,7 +2,7 @@
 //! exact text (the API-server tests show them on the claim).
 #![allow(clippy::unwrap_used)]
 use super::*;
-use api::crd::{LvmBackend, PillarVolumeStateSpec, PillarVolumeStateStatus, ZfsBackend};
+use api::crd::{LvmBackend, PillarVolumeStateSpec, PillarVolumeStateStatus, Recovery, ZfsBackend};
 use api::tokens::Protocol;
 
 const VG_UUID: &str = "Xk3pQm-1aB2-c3D4-e5F6-g7H8-i9J0-Kl1mNo";
@@ -222,20 +222,66 @@ fn publish_and_expand_of_an_import_that_never_completed_are_refused() {
 }
 
 #[test]
-fn a_record_s_import_stands_for_a_claim_that_is_gone() {
-    let k8s = zfs(Some("k8s"));
-    let x = ask(&[(Z, "hot-data/k8s/x")], &k8s).unwrap().unwrap();
-    let state = record(Some("hot-data/k8s/x"), None, None);
-    assert_eq!(recorded(&state).unwrap(), Some(x));
-    let value = format!("data-vg/legacy:{VG_UUID}:{LV_UUID}");
-    let lv = ask(
-        &[(L, &value), (IMPORT_LV_POLICY_ANNOTATION, "Managed")],
-        &lvm(),
-    )
-    .unwrap()
-    .unwrap();
-    let mut state = record(None, lv.lvm_source(), None);
-    state.spec.agent_volume_id = "data-vg/legacy".into();
-    assert_eq!(recorded(&state).unwrap(), Some(lv));
-    assert_eq!(recorded(&record(None, None, None)).unwrap(), None);
+fn an_import_is_destroyed_only_after_its_claim_was_seen_bound() {
+    let published = |mut state: PillarVolumeState, generation| {
+        state
+            .status
+            .get_or_insert_with(Default::default)
+            .publication_generation = Some(generation);
+        state
+    };
+    let zvol = |phase| record(Some("hot-data/k8s/x"), None, phase);
+    // Never completed, or completed but never published: released.
+    assert!(released_on_delete(&zvol(None)));
+    assert!(released_on_delete(&zvol(Some(VolumePhase::Ready))));
+    assert!(!seen_bound(&zvol(Some(VolumePhase::Ready))));
+    // Published (so bound): deleted, as reclaimPolicy Delete says.
+    let bound = published(zvol(Some(VolumePhase::Ready)), 2);
+    assert!(seen_bound(&bound));
+    assert!(!released_on_delete(&bound));
+    assert!(!released_on_delete(&published(
+        zvol(Some(VolumePhase::Deleting)),
+        2
+    )));
+    // A PreserveOriginal LV is always released; a Managed one like a zvol.
+    let source = |preserve_original| LvmSource {
+        volume_group: "data-vg".into(),
+        logical_volume: "legacy".into(),
+        volume_group_uuid: VG_UUID.into(),
+        logical_volume_uuid: LV_UUID.into(),
+        preserve_original,
+    };
+    let preserved = published(
+        record(None, Some(source(true)), Some(VolumePhase::Ready)),
+        2,
+    );
+    assert!(released_on_delete(&preserved));
+    let managed = published(
+        record(None, Some(source(false)), Some(VolumePhase::Ready)),
+        2,
+    );
+    assert!(!released_on_delete(&managed));
+    // A created volume is deleted, published or not.
+    assert!(!released_on_delete(&record(
+        None,
+        None,
+        Some(VolumePhase::Ready)
+    )));
+    // A recovered LV carries its policy in spec.recovery.source, not lvmSource.
+    let mut recovered = record(None, None, Some(VolumePhase::Ready));
+    recovered.spec.recovery = Some(Recovery {
+        old_volume_uid: "old".into(),
+        old_generation: 4,
+        new_generation: 5,
+        source: source(true),
+        new_volume_uid: None,
+        authorization: None,
+        authorization_digest: None,
+    });
+    assert!(preserves_original(&recovered));
+    assert!(released_on_delete(&recovered));
+    if let Some(r) = recovered.spec.recovery.as_mut() {
+        r.source.preserve_original = false;
+    }
+    assert!(!released_on_delete(&recovered));
 }

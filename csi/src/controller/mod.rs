@@ -39,12 +39,10 @@ use agents::Agents;
 use api::crd::{PillarAgent, PillarVolumeState, VolumePhase};
 use api::tokens::{Backend, Protocol};
 use error::{Error, Result};
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::Api;
 use pillar_csi_proto::agent::v1 as agent;
 use pillar_csi_proto::csi::v1 as csi;
 use state::States;
-use std::collections::HashMap;
 use tonic::{Request, Response, Status};
 
 /// The Controller service.
@@ -137,16 +135,11 @@ impl Controller {
     /// Posts a CreateVolume refusal, text for text (an agent's refusal as
     /// the agent wrote it, see [`Error::for_claim`]), as a Warning event on
     /// the claim named by the provisioner's `csi.storage.k8s.io/pvc/*`
-    /// parameters (when they are there and the claim still exists).
-    async fn tell_claim(&self, parameters: &HashMap<String, String>, refusal: &Error) {
-        let (Some(name), Some(namespace)) = (
-            parameters.get(volumes::PVC_NAME),
-            parameters.get(volumes::PVC_NAMESPACE),
-        ) else {
-            return;
-        };
-        let claims = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
-        if let Ok(Some(claim)) = claims.get_opt(name).await {
+    /// parameters (when they are there and that claim, of the UID in the
+    /// volume's name, still exists: never on a claim re-created under the
+    /// name).
+    async fn tell_claim(&self, request: &csi::CreateVolumeRequest, refusal: &Error) {
+        if let Ok(Some(claim)) = self.claim(request).await {
             self.events
                 .post(
                     &claim,
@@ -175,7 +168,7 @@ impl csi::controller_server::Controller for Controller {
                 volume: Some(volume),
             })),
             Err(refusal) => {
-                self.tell_claim(&request.parameters, &refusal).await;
+                self.tell_claim(&request, &refusal).await;
                 Err(refusal.into())
             }
         }

@@ -194,6 +194,10 @@ impl Controller {
             .await
             .map_err(client.fail())?
             .into_inner();
+        // The claim may have gone while the agent worked: a volume never
+        // turns Ready for a claim that can no longer bind to it (the record
+        // stays as it was, for the reaper).
+        self.claim_of_record(&req).await?;
 
         let state = if state.spec.capacity_bytes != created.capacity_bytes {
             self.states
@@ -227,11 +231,12 @@ impl Controller {
         })
     }
 
-    /// DeleteVolume: the agent deletes (or, for a PreserveOriginal LV or an
-    /// import that never completed, releases: the agent forgets the claim
-    /// and nothing is destroyed) the volume, then the import's reservation
-    /// and the record go. While the agent cannot be reached the records
-    /// stay, for the retry.
+    /// DeleteVolume: the agent deletes the volume, or releases it (checks
+    /// it and forgets the claim, nothing is destroyed: a PreserveOriginal
+    /// LV, adopted or recovered, an import that never completed, or one
+    /// whose claim was never seen bound, see [`import::released_on_delete`]),
+    /// then the import's reservation and the record go. While the agent
+    /// cannot be reached the records stay, for the retry.
     pub async fn remove(&self, volume_id: &str) -> Result<()> {
         if volume_id.is_empty() {
             return Err(Error::InvalidArgument("the volume ID is missing".into()));
@@ -276,13 +281,8 @@ impl Controller {
         };
         let agent = self.agent_of(&state).await?;
         let mut client = self.agents.client(&agent)?;
-        let preserved = state
-            .spec
-            .lvm_source
-            .as_ref()
-            .is_some_and(|s| s.preserve_original);
         client
-            .end_lifecycle(&state, preserved || incomplete)
+            .end_lifecycle(&state, import::released_on_delete(&state))
             .await?;
         self.reservations.release_for(&state).await?;
         self.states.delete(&state).await

@@ -8,23 +8,32 @@
 //! a RecoveryPending record is never removed by the reaper.
 //!
 //! A record is abandoned when all hold:
-//! - it is not `Ready` (provisioning never completed; a Ready record
-//!   without a PV is kept: deleting a Retain PV leaves the record, by the spec);
 //! - it is not a recovery record (`spec.recovery` set, or `RecoveryPending`);
+//! - it is not `Ready`, or it is `Ready` but its claim was never seen bound
+//!   ([`import::seen_bound`]: never published). A Ready record of a bound
+//!   claim without a PV is kept (deleting a Retain PV leaves the record, by
+//!   the spec); one never bound is a CreateVolume whose answer the
+//!   provisioner lost (it restarted) before its claim was deleted;
 //! - it names its claim (`spec.claimRef`), and no claim of that namespace,
 //!   name and UID exists;
-//! - no PersistentVolume of the record's name exists.
+//! - no PersistentVolume of the volume's name exists.
 //!
 //! Then, under the record's own fence token:
-//! 1. the agent is asked what it holds (ListVolumes). When the volume ID
-//!    has no fence mark, or its lifecycle is another record's or has
-//!    ended, the agent holds nothing of this claim and is not called again
-//!    (another claim's live import is never touched).
+//! 1. the agent is asked what it holds (ListVolumes). When the volume ID is
+//!    held by another record's live lifecycle, the agent holds nothing of
+//!    this claim and is not called again (another claim's live import is
+//!    never touched).
 //! 2. Otherwise the agent forgets the claim: an import (`importedFrom` or
 //!    `lvmSource`, any policy) gets ReleaseVolume, which ends the lifecycle
 //!    and removes exports but never destroys, resizes or formats; a volume
 //!    the controller created for the claim gets DeleteVolume (it was never
-//!    Ready, so never published: it holds no data of the claim).
+//!    published: it holds no data of the claim). This is sent also when the
+//!    agent holds nothing of the record yet: the record's lifecycle then
+//!    ends at once (the agent keeps its UID as ended), so a CreateVolume of
+//!    the record still on its way to the agent is refused there and never
+//!    leaves a volume, or an import pinned to the record's UID, that no
+//!    record names. An agent that answers the lifecycle has ended already
+//!    holds nothing of it.
 //! 3. The claim's PillarVolumeReservation (the one of its agent and
 //!    volume ID whose `spec.ownerVolume` is the record) is deleted, then
 //!    the record.
@@ -33,7 +42,8 @@
 //! for the next pass (the reason goes to the record's `status.message`).
 use super::Reconcilers;
 use crate::controller::error::Error;
-use crate::controller::recovery;
+use crate::controller::import;
+use crate::controller::naming;
 use crate::controller::reservations::Reservations;
 use api::crd::{PillarAgent, PillarVolumeState, VolumePhase};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -45,11 +55,11 @@ use pillar_csi_proto::agent::v1 as pb;
 /// Kubernetes lookups).
 pub fn kept_because(record: &PillarVolumeState) -> Option<&'static str> {
     let phase = record.status.as_ref().and_then(|s| s.phase);
-    if recovery::is_pending(record) || phase == Some(VolumePhase::RecoveryPending) {
+    if record.spec.recovery.is_some() || phase == Some(VolumePhase::RecoveryPending) {
         return Some("a recovery record");
     }
-    if phase == Some(VolumePhase::Ready) {
-        return Some("provisioned");
+    if phase == Some(VolumePhase::Ready) && import::seen_bound(record) {
+        return Some("provisioned for a claim that was bound");
     }
     if record.spec.claim_ref.is_none() {
         return Some("names no claim");
@@ -57,14 +67,24 @@ pub fn kept_because(record: &PillarVolumeState) -> Option<&'static str> {
     None
 }
 
-/// Whether the agent's answer shows a live lifecycle of this record.
-fn held_by(volumes: &[pb::VolumeInfo], record: &PillarVolumeState) -> bool {
+/// Whether the agent's answer shows the record's volume ID held by the
+/// live lifecycle of another record.
+fn held_by_another(volumes: &[pb::VolumeInfo], record: &PillarVolumeState) -> bool {
     let uid = record.metadata.uid.as_deref().unwrap_or_default();
     volumes.iter().any(|v| {
         v.volume_id == record.spec.agent_volume_id
             && !v.ended
-            && v.fence.as_ref().is_some_and(|f| f.volume_uid == uid)
+            && v.fence.as_ref().is_some_and(|f| f.volume_uid != uid)
     })
+}
+
+/// Whether the agent refused because the record's lifecycle has ended (its
+/// fencing refusal `... lifecycle <uid> has ended`): it holds nothing of it.
+fn has_ended(e: &Error, record: &PillarVolumeState) -> bool {
+    let uid = record.metadata.uid.as_deref().unwrap_or_default();
+    matches!(e, Error::Agent { status, .. }
+        if status.code() == tonic::Code::FailedPrecondition
+            && status.message().contains(&format!("lifecycle {uid} has ended")))
 }
 
 impl Reconcilers {
@@ -114,7 +134,13 @@ impl Reconcilers {
         let Some(claim) = &record.spec.claim_ref else {
             return Ok(false);
         };
-        let name = record.name_any();
+        // The PV is named as CreateVolume's volume (the record keeps that
+        // name when its own had to be derived from it).
+        let name = record
+            .annotations()
+            .get(naming::CSI_NAME)
+            .cloned()
+            .unwrap_or_else(|| record.name_any());
         let pv = Api::<PersistentVolume>::all(self.client.clone())
             .get_opt(&name)
             .await
@@ -160,10 +186,13 @@ impl Reconcilers {
             .map_err(client.fail())?
             .into_inner()
             .volumes;
-        if held_by(&held, record) {
+        if !held_by_another(&held, record) {
             // Never destroyed here: an import is only released.
             let import = record.spec.imported_from.is_some() || record.spec.lvm_source.is_some();
-            client.end_lifecycle(record, import).await?;
+            match client.end_lifecycle(record, import).await {
+                Err(e) if !has_ended(&e, record) => return Err(e),
+                _ => {}
+            }
         }
         Reservations::new(self.client.clone())
             .release_for(record)

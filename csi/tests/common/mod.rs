@@ -10,8 +10,10 @@ pub mod parts;
 use api::crd::*;
 use csi::controller::agents::Agents;
 use csi::controller::Controller;
+use csi::metrics::Metrics;
+use csi::reconcile::{Reconcilers, Settings};
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use parts::*;
 use pillar_csi_agent::grpc::AgentGrpc;
 use pillar_csi_agent::service::sim;
@@ -238,6 +240,70 @@ impl Bed {
     /// How many zvols the simulated pool holds.
     pub fn zvols(&self) -> usize {
         self.fixture.backend.volumes.lock().unwrap().len()
+    }
+
+    /// Deletes the claim `namespace/name` and waits until it is gone (the
+    /// API server's admission adds kubernetes.io/pvc-protection, which only
+    /// the absent kube-controller-manager would remove: done here).
+    pub async fn delete_claim(&self, namespace: &str, name: &str) -> Result {
+        let claims = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), namespace);
+        claims.delete(name, &DeleteParams::default()).await?;
+        claims
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+            )
+            .await?;
+        for _ in 0..100 {
+            if claims.get_opt(name).await?.is_none() {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Err(format!("claim {namespace}/{name} still exists after 10 s").into())
+    }
+
+    /// The controller's reconcilers (the reaper among them), as its
+    /// ServiceAccount, reaching the agent through the recorder.
+    pub async fn reconcilers(&self) -> Result<Reconcilers> {
+        Ok(Reconcilers::new(
+            self.server.controller_client().await?,
+            Agents::new(Some(&self.certs.controller_tls()))?,
+            Arc::new(Metrics::default()),
+            Settings::default(),
+        ))
+    }
+
+    /// Runs `create` with the agent's CreateVolume held before the agent
+    /// sees it, and `meanwhile` once the recorder holds it; then lets it go.
+    pub async fn held_while<T>(
+        &self,
+        create: impl std::future::Future<Output = T>,
+        meanwhile: impl std::future::Future<Output = Result>,
+    ) -> Result<T> {
+        let from = self.agent_calls();
+        self.hold.send_replace(Hold::Request);
+        let other = async {
+            let mut seen = false;
+            for _ in 0..300 {
+                seen = self.agent_calls_since(from).contains(&"create_volume");
+                if seen {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            let done = if seen {
+                meanwhile.await
+            } else {
+                Err("the agent's CreateVolume never came".into())
+            };
+            self.hold.send_replace(Hold::None);
+            done
+        };
+        let (created, done) = tokio::join!(create, other);
+        done?;
+        Ok(created)
     }
 
     /// How many volumes the simulated pool and volume group destroyed.
