@@ -166,3 +166,56 @@ async fn node_calls_are_idempotent_and_conflicts_already_exist() -> Result<()> {
     b.delete(&v).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn node_never_publishes_stats_or_grows_a_lost_staging_mount() -> Result<()> {
+    let mut b = Bench::new("node-lost-mount").await?;
+    let mut n = b.plugin.node().await?;
+    let v = b.volume(ZVOL, NVME, 64 << 20).await?;
+    let staging = b.path("staging");
+    n.node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
+        .await?;
+    // The staging mount goes behind the plugin's back: the record still
+    // says Staged, the folder is empty, on the node's own disk.
+    run("umount", &[&staging.display().to_string()])?;
+    let target = b.path("target");
+    let e = n
+        .node_publish_volume(publish_req(&v, &staging, &target, mount_cap("ext4"), false))
+        .await
+        .expect_err("no pod gets the empty staging folder");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    assert!(e.message().contains("nothing is mounted at"), "{e}");
+    assert_eq!(mounted(&target)?, None, "nothing bound at the target");
+    let stats = n
+        .node_get_volume_stats(pillar_csi_lab::csi::csi_pb::NodeGetVolumeStatsRequest {
+            volume_id: v.csi_id.clone(),
+            volume_path: staging.display().to_string(),
+            staging_target_path: staging.display().to_string(),
+        })
+        .await?
+        .into_inner();
+    let condition = stats.volume_condition.ok_or("no volume condition")?;
+    assert!(condition.abnormal, "{condition:?}");
+    assert!(stats.usage.is_empty(), "no usage of the wrong filesystem");
+    b.expand(&v, 96 << 20).await?;
+    let e = n
+        .node_expand_volume(pillar_csi_lab::csi::csi_pb::NodeExpandVolumeRequest {
+            volume_id: v.csi_id.clone(),
+            volume_path: staging.display().to_string(),
+            capacity_range: Some(pillar_csi_lab::csi::csi_pb::CapacityRange {
+                required_bytes: 96 << 20,
+                limit_bytes: 0,
+            }),
+            staging_target_path: staging.display().to_string(),
+            volume_capability: mount_cap("ext4"),
+            ..Default::default()
+        })
+        .await
+        .expect_err("no resize of the node's own filesystem");
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+    n.node_unstage_volume(unstage_req(&v, &staging)).await?;
+    assert!(!connected(&v), "Unstage ended the connection");
+    b.delete(&v).await?;
+    Ok(())
+}

@@ -5,6 +5,7 @@ use super::error::{Error, Kind, Result};
 use super::mounts::{bind, mount_at, unmount_path};
 use super::record::Phase;
 use super::stage::devnum;
+use super::volume::check_staging_mount;
 use super::Node;
 use std::{fs, path::Path};
 
@@ -61,6 +62,7 @@ impl Node {
                     },
                 )));
             }
+            check_staging_mount(&record)?;
             let device = record.device.clone().ok_or_else(|| {
                 Error::internal(format!("staging record of {} has no device", req.volume_id))
             })?;

@@ -1,7 +1,9 @@
 //! NodeExpandVolume and NodeGetVolumeStats: a staged volume's size, growth
 //! and health.
 use super::error::{Error, Kind, Result};
+use super::mounts::mount_at;
 use super::record::{Phase, StagingRecord};
+use super::stage::devnum;
 use super::Node;
 use std::{
     path::{Path, PathBuf},
@@ -41,6 +43,46 @@ fn device_of(r: &StagingRecord) -> Result<PathBuf> {
         .ok_or_else(|| Error::internal(format!("staging record of {} has no device", r.volume_id)))
 }
 
+/// Why `path` does not hold the filesystem of staged volume `r` (its
+/// device's), `None` when it does: the staging mount lost (unmounted by
+/// hand, an Unstage that failed half-way) leaves an empty folder on the
+/// node's own disk, which no pod may write into and no resize may grow.
+pub(super) fn not_holding(r: &StagingRecord, path: &Path) -> Result<Option<String>> {
+    let device = device_of(r)?;
+    let dev = devnum(&device)?;
+    Ok(match mount_at(path)? {
+        Some(m) if m.devnum == dev => None,
+        Some(m) => Some(format!(
+            "{} has {} ({}) mounted, not {} of volume {}",
+            path.display(),
+            m.source,
+            m.fs_type,
+            device.display(),
+            r.volume_id
+        )),
+        None => Some(format!(
+            "nothing is mounted at {}, where volume {} ({}) should be",
+            path.display(),
+            r.volume_id,
+            device.display()
+        )),
+    })
+}
+
+/// Refuses work on a filesystem volume whose staging path does not hold
+/// its filesystem ([`not_holding`]).
+pub(super) fn check_staging_mount(r: &StagingRecord) -> Result<()> {
+    if r.fs_type.is_none() {
+        return Ok(());
+    }
+    match not_holding(r, &r.staging_path)? {
+        None => Ok(()),
+        Some(why) => Err(Error::precondition(format!(
+            "{why}: the staging mount is gone; NodeUnstageVolume and NodeStageVolume the volume again"
+        ))),
+    }
+}
+
 fn size_of(device: &Path) -> Result<u64> {
     let host = Host::default();
     host.device(device)
@@ -67,6 +109,7 @@ impl Node {
     pub fn expand(&self, volume_id: &str, required_bytes: u64) -> Result<u64> {
         self.volume_locks.with(volume_id, || {
             let record = self.staged(volume_id)?;
+            check_staging_mount(&record)?;
             let device = device_of(&record)?;
             let disk = device
                 .file_name()
@@ -113,10 +156,15 @@ impl Node {
                 format!("{} does not exist", volume_path.display()),
             ));
         }
-        if let Some(why) = self.attacher.abnormal(&record) {
+        let abnormal = match self.attacher.abnormal(&record) {
+            Some(why) => Some(why),
+            None if record.fs_type.is_some() => not_holding(&record, volume_path)?,
+            None => None,
+        };
+        if abnormal.is_some() {
             return Ok(Stats {
                 usage: None,
-                abnormal: Some(why),
+                abnormal,
             });
         }
         let usage = match &record.fs_type {
