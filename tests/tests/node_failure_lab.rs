@@ -1,10 +1,11 @@
 //! The node plugin through failures: killed between connect and mount (a
 //! restarted plugin's retried Stage reuses the controller and the
-//! filesystem), and an export removed while staged (reported abnormal, and
-//! Unstage is bounded).
+//! filesystem), an export removed while staged (reported abnormal, and
+//! Unstage is bounded), and an Unstage under a flush the storage side does
+//! not take (the connection is kept until every byte is written).
 //!
 //! Run with `tests/lab/run tests -- node_`.
-use pillar_csi_lab::{agent::pb, csi::csi_pb, node_bed::*, Result};
+use pillar_csi_lab::{agent::pb, block::pattern, csi::csi_pb, node_bed::*, run, Result};
 use std::{
     fs,
     time::{Duration, Instant},
@@ -113,5 +114,80 @@ async fn node_export_removed_while_staged_is_abnormal_and_unstage_is_bounded() -
             fence: fence(&v.uid, 1),
         })
         .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn node_unstage_under_a_stalled_flush_keeps_the_connection_until_written() -> Result<()> {
+    let mut b = Bench::new("node-flush").await?;
+    let mut n = b.plugin.node().await?;
+    let v = b.volume(LVM, NVME, 64 << 20).await?;
+    let staging = b.path("staging");
+    n.node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
+        .await?;
+    // Written without fsync: dirty in the node's page cache, written back
+    // only by the unmount.
+    let data = pattern(21, 8 << 20);
+    fs::write(staging.join("unsynced"), &data)?;
+    // The storage side stops taking writes (a slow or stalled backend): the
+    // thin LV's device-mapper table is suspended, I/O to it is held.
+    let (vg, lv) = v.id.split_once('/').ok_or("an LV ID is vg/lv")?;
+    let dm = format!("{}-{}", vg.replace('-', "--"), lv.replace('-', "--"));
+    run("dmsetup", &["suspend", &dm])?;
+    let start = Instant::now();
+    let stalled = n.node_unstage_volume(unstage_req(&v, &staging)).await;
+    let waited = start.elapsed();
+    let kept = connected(&v);
+    run("dmsetup", &["resume", &dm])?;
+    let e = stalled.expect_err("no OK while the filesystem's data is unwritten");
+    assert!(
+        matches!(
+            e.code(),
+            tonic::Code::DeadlineExceeded | tonic::Code::FailedPrecondition
+        ),
+        "{e}"
+    );
+    assert!(kept, "the connection was kept under the flush: {e}");
+    assert_eq!(
+        records(&b.plugin.state_dir)?,
+        1,
+        "the volume is still staged"
+    );
+    // kubelet retries Unstage; once the writeback is through it succeeds.
+    let retried = Instant::now();
+    loop {
+        match n.node_unstage_volume(unstage_req(&v, &staging)).await {
+            Ok(_) => break,
+            Err(e) if retried.elapsed() < Duration::from_secs(180) => {
+                println!("Unstage retried: {e}");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+            Err(e) => {
+                return Err(format!("Unstage never succeeded: {e}\n{}", b.plugin.log()).into())
+            }
+        }
+    }
+    assert!(!connected(&v), "the connection ended once idle");
+    println!(
+        "stalled flush: the first Unstage answered {:?} after {:.1} s; the retries succeeded {:.1} s after the backend resumed",
+        e.code(),
+        waited.as_secs_f64(),
+        retried.elapsed().as_secs_f64()
+    );
+    let witness = b.path("witness");
+    fs::create_dir_all(&witness)?;
+    let (device, at) = (
+        v.device.display().to_string(),
+        witness.display().to_string(),
+    );
+    run("mount", &["-o", "ro", &device, &at])?;
+    let read = fs::read(witness.join("unsynced"));
+    run("umount", &[&at])?;
+    assert!(
+        read? == data,
+        "every byte written before Unstage is on the volume"
+    );
+    b.delete(&v).await?;
     Ok(())
 }

@@ -138,26 +138,45 @@ impl Attacher {
         }
     }
 
-    /// Why the staged device is unusable, or `None` when it is healthy:
-    /// the device node or its disk is gone, or its transport is not live
-    /// (the NVMe controller reconnecting, the SCSI device blocked/offline).
-    pub fn abnormal(&self, r: &StagingRecord) -> Option<String> {
+    /// Why the transport of `r` can carry no more I/O (the device or its
+    /// disk gone, every controller or SCSI device of it dead, deleted or
+    /// offline), `None` while it can or may again: a live, resetting or
+    /// reconnecting controller, a running or blocked SCSI device. Data held
+    /// for a dead transport is lost whatever the plugin does; data held for
+    /// a living one is lost only if the plugin ends the connection.
+    pub fn transport_dead(&self, r: &StagingRecord) -> Option<String> {
         let Some(device) = &r.device else {
             return Some("the volume's device was never attached".into());
         };
+        let states = match self.disk_states(device) {
+            Ok(states) => states,
+            Err(why) => return Some(why),
+        };
+        let dead = |s: &String| {
+            matches!(
+                s.as_str(),
+                "dead" | "deleting" | "deleting (no IO)" | "offline" | "transport-offline" | "del"
+            )
+        };
+        (states.iter().all(dead)).then(|| format!("its disk's states are {states:?}"))
+    }
+
+    /// The states of the controllers or SCSI device behind `device`; `Err`
+    /// says why there are none to read (the device or disk gone).
+    fn disk_states(&self, device: &Path) -> std::result::Result<Vec<String>, String> {
         let Some(disk) = device.file_name().map(|n| n.to_string_lossy().into_owned()) else {
-            return Some(format!("{} is not a device path", device.display()));
+            return Err(format!("{} is not a device path", device.display()));
         };
         if !device.exists() {
-            return Some(format!("the device {} is gone", device.display()));
+            return Err(format!("the device {} is gone", device.display()));
         }
         let parent = self.nvme.sys.join("class/block").join(&disk).join("device");
         if !parent.exists() {
-            return Some(format!("the disk {disk} is gone from sysfs"));
+            return Err(format!("the disk {disk} is gone from sysfs"));
         }
         // A SCSI device or an NVMe controller has a state; a native
         // multipath disk hangs off its subsystem, whose controllers do.
-        let states: Vec<String> = match fs::read_to_string(parent.join("state")) {
+        Ok(match fs::read_to_string(parent.join("state")) {
             Ok(state) => vec![state.trim().to_owned()],
             Err(_) => fs::read_dir(&parent)
                 .map(|it| {
@@ -167,6 +186,23 @@ impl Attacher {
                         .collect()
                 })
                 .unwrap_or_default(),
+        })
+    }
+
+    /// Why the staged device is unusable, or `None` when it is healthy:
+    /// the device node or its disk is gone, or its transport is not live
+    /// (the NVMe controller reconnecting, the SCSI device blocked/offline).
+    pub fn abnormal(&self, r: &StagingRecord) -> Option<String> {
+        let Some(device) = &r.device else {
+            return Some("the volume's device was never attached".into());
+        };
+        let disk = device
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let states = match self.disk_states(device) {
+            Ok(states) => states,
+            Err(why) => return Some(why),
         };
         if states.iter().any(|s| s == "live" || s == "running") {
             return None;

@@ -14,9 +14,12 @@ use std::{
 };
 use sys::block::{DevNum, Host};
 
-/// How long an unmount may block (a filesystem whose device vanished
-/// cannot flush) before the mount is detached lazily and Unstage goes on to
-/// end the connection, which fails the stuck I/O.
+/// How long Unstage waits for an unmount (which writes the filesystem's
+/// dirty data back first) before it answers: with the transport dead the
+/// mount is detached lazily and the connection ended (nothing can be
+/// written back any more); with it alive Unstage fails with
+/// DEADLINE_EXCEEDED, keeps the connection, and kubelet's retry finds the
+/// writeback further on.
 pub const UNMOUNT_WAIT: Duration = Duration::from_secs(10);
 
 /// What a volume is staged as.
@@ -206,11 +209,11 @@ impl Node {
     }
 
     /// NodeUnstageVolume: unmounts the staging path, ends the connection if
-    /// no other staged volume uses it, forgets the volume. A volume not
-    /// staged is fine.
+    /// no other staged volume uses it and the device is idle, forgets the
+    /// volume. A volume not staged (no record) is fine and nothing is
+    /// touched; a path other than the recorded one is left alone.
     pub fn unstage(&self, volume_id: &str, staging_path: &Path) -> Result<()> {
         self.volume_locks.with(volume_id, || {
-            unmount_bounded(staging_path)?;
             let Some(record) = self.records.load(volume_id)? else {
                 return Ok(());
             };
@@ -221,12 +224,15 @@ impl Node {
                 );
                 return Ok(());
             }
+            self.unmount_bounded(&record)?;
             self.release(&record)
         })
     }
 
     /// Ends the connection of `record` unless another staged volume uses
-    /// it, then forgets the volume.
+    /// it, then forgets the volume. A connection whose device is still in
+    /// use (mounted, held, open, or a filesystem still writing back) is
+    /// kept and the call fails, unless its transport is dead already.
     fn release(&self, record: &StagingRecord) -> Result<()> {
         self.connection_locks.with(&connection_key(record), || {
             let shared = self
@@ -237,10 +243,71 @@ impl Node {
             if shared {
                 tracing::info!(target = %record.target, "connection kept: another staged volume uses it");
             } else {
+                self.check_idle(record)?;
                 self.attacher.detach(record)?;
             }
             self.records.remove(&record.volume_id)
         })
+    }
+
+    /// Refuses to end a living connection whose device is still in use.
+    fn check_idle(&self, record: &StagingRecord) -> Result<()> {
+        let Some(device) = &record.device else {
+            return Ok(());
+        };
+        if let Some(why) = self.attacher.transport_dead(record) {
+            tracing::info!(device = %device.display(), why, "the transport is dead: ending it whatever uses the device");
+            return Ok(());
+        }
+        let usage = Host::default()
+            .usage(device)
+            .map_err(|e| Error::internal(e.to_string()))?;
+        if usage.is_idle() {
+            return Ok(());
+        }
+        Err(Error::precondition(format!(
+            "volume {}: {} is still in use ({}); its connection is kept so that nothing written is lost: NodeUnstageVolume again once it is idle",
+            record.volume_id,
+            device.display(),
+            usage.reasons().join("; ")
+        )))
+    }
+
+    /// Unmounts the staging path of `record` (none mounted is fine). An
+    /// unmount still blocked after [`UNMOUNT_WAIT`] goes on in the
+    /// background; with the transport dead the mount is detached lazily,
+    /// with it alive this fails with DEADLINE_EXCEEDED and nothing is cut.
+    fn unmount_bounded(&self, record: &StagingRecord) -> Result<()> {
+        let path = &record.staging_path;
+        while mount_at(path)?.is_some() {
+            let (tx, rx) = mpsc::channel();
+            let target = path.to_owned();
+            std::thread::spawn(move || {
+                let _ = tx.send(unmount_path(&target, false));
+            });
+            match rx.recv_timeout(UNMOUNT_WAIT) {
+                Ok(result) => result?,
+                Err(_) => match self.attacher.transport_dead(record) {
+                    Some(why) => {
+                        tracing::warn!(path = %path.display(), why, "unmount blocked and the transport is dead; detaching lazily");
+                        if mount_at(path)?.is_some() {
+                            unmount_path(path, true)?;
+                        }
+                    }
+                    None => {
+                        return Err(Error::new(
+                            Kind::Timeout,
+                            format!(
+                                "unmounting {} has not finished after {UNMOUNT_WAIT:?}: the filesystem is still writing volume {} back over a live connection, which is kept; NodeUnstageVolume again later",
+                                path.display(),
+                                record.volume_id
+                            ),
+                        ))
+                    }
+                },
+            }
+        }
+        Ok(())
     }
 }
 
@@ -251,27 +318,4 @@ impl Phase {
             Phase::Staged => Phase::Staged,
         }
     }
-}
-
-/// Unmounts whatever is mounted at `path` (none is fine). An unmount that
-/// blocks longer than [`UNMOUNT_WAIT`] (its device is gone) is left to
-/// finish in the background and the mount detached lazily.
-pub fn unmount_bounded(path: &Path) -> Result<()> {
-    while mount_at(path)?.is_some() {
-        let (tx, rx) = mpsc::channel();
-        let target = path.to_owned();
-        std::thread::spawn(move || {
-            let _ = tx.send(unmount_path(&target, false));
-        });
-        match rx.recv_timeout(UNMOUNT_WAIT) {
-            Ok(result) => result?,
-            Err(_) => {
-                tracing::warn!(path = %path.display(), "unmount blocked; detaching lazily");
-                if mount_at(path)?.is_some() {
-                    unmount_path(path, true)?;
-                }
-            }
-        }
-    }
-    Ok(())
 }
