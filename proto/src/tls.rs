@@ -17,13 +17,19 @@
 //! task that can die); the next connection after a renewal always uses the
 //! new files.
 //!
+//! No TLS session resumption, on either end: a resumed session skips the
+//! check of the peer's certificate, so a client whose certificate expired
+//! or was replaced (or a server's, seen from the client) would go on being
+//! admitted on the strength of an earlier handshake. A full handshake per
+//! connection costs nothing at the link's rate of new connections.
+//!
 //! ALPN is `h2` (gRPC) on both ends, the crypto provider rustls' ring, as
 //! tonic's own TLS does.
 use rustls::{
-    client::WebPkiServerVerifier,
+    client::{Resumption, WebPkiServerVerifier},
     crypto::CryptoProvider,
     pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer},
-    server::WebPkiClientVerifier,
+    server::{NoServerSessionStorage, WebPkiClientVerifier},
     ClientConfig, RootCertStore, ServerConfig,
 };
 use std::{
@@ -134,6 +140,8 @@ fn server_config(files: &TlsFiles, m: Material) -> Result<ServerConfig, TlsError
         .with_single_cert(m.chain, m.key)
         .map_err(config_error(files))?;
     config.alpn_protocols = vec![b"h2".to_vec()];
+    config.session_storage = Arc::new(NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
     Ok(config)
 }
 
@@ -148,6 +156,7 @@ fn client_config(files: &TlsFiles, m: Material) -> Result<ClientConfig, TlsError
         .with_client_auth_cert(m.chain, m.key)
         .map_err(config_error(files))?;
     config.alpn_protocols = vec![b"h2".to_vec()];
+    config.resumption = Resumption::disabled();
     Ok(config)
 }
 
