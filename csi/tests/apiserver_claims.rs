@@ -9,6 +9,8 @@ mod common;
 use api::crd::*;
 use common::*;
 use csi::node_id::NodeId;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::api::{Api, Patch, PatchParams};
 use pillar_csi_proto::csi::v1 as pb;
 use pillar_csi_proto::csi::v1::controller_server::Controller as _;
 use tonic::{Code, Request};
@@ -99,6 +101,43 @@ async fn an_import_whose_claim_went_before_it_bound_is_never_destroyed() -> Resu
     assert_eq!(bed.destroyed(), 0);
     assert!(state(&bed, &pv).await?.is_none());
     assert!(reservations(&bed).await?.is_empty());
+
+    // 3. A claim the reaper's pass saw Bound to the volume's PV (never
+    //    published): reclaimPolicy Delete destroys the import, as the spec
+    //    says of every imported zvol.
+    bed.add_zvol("bound", 96 * MIB);
+    let pv = claim(&bed, "db", "bound", &[(ZVOL, "tank/k8s/bound")]).await?;
+    let volume = create(&bed, &pv, "bound").await?;
+    bind(&bed, "bound", &pv).await?;
+    assert_eq!(bed.reconcilers().await?.reap().await, 0);
+    let record = state(&bed, &pv).await?.ok_or("no record")?;
+    assert!(csi::controller::import::seen_bound(&record), "{record:?}");
+    bed.delete_claim("db", "bound").await?;
+    let calls = bed.agent_calls();
+    delete(&bed, &volume.volume_id).await?;
+    assert_eq!(bed.agent_calls_since(calls), vec!["delete_volume"]);
+    assert_eq!(bed.zvol("bound"), None);
+    Ok(())
+}
+
+/// What the PV controller does when it binds the claim `db/<claim>` to
+/// the PV `pv` (no kube-controller-manager runs here).
+async fn bind(bed: &Bed, claim: &str, pv: &str) -> Result {
+    let claims = Api::<PersistentVolumeClaim>::namespaced(bed.client.clone(), "db");
+    claims
+        .patch(
+            claim,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"volumeName": pv}})),
+        )
+        .await?;
+    claims
+        .patch_status(
+            claim,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Bound"}})),
+        )
+        .await?;
     Ok(())
 }
 
@@ -166,11 +205,15 @@ async fn a_ready_volume_whose_pv_never_came_is_reaped_after_its_claim() -> Resul
             ..Default::default()
         }))
         .await?;
+    // One whose claim was seen Bound (never published): kept too.
+    let seen = claim(&bed, "db", "seen", &[]).await?;
+    create(&bed, &seen, "seen").await?;
+    bind(&bed, "seen", &seen).await?;
     let r = bed.reconcilers().await?;
-    // While the claims exist, nothing happens.
+    // While the claims exist, nothing happens (but the binding is seen).
     assert_eq!(r.reap().await, 0);
-    assert_eq!(states(&bed).await?.len(), 3);
-    for name in ["made", "legacy", "used"] {
+    assert_eq!(states(&bed).await?.len(), 4);
+    for name in ["made", "legacy", "used", "seen"] {
         bed.delete_claim("db", name).await?;
     }
     let zvols = bed.zvols();
@@ -182,9 +225,11 @@ async fn a_ready_volume_whose_pv_never_came_is_reaped_after_its_claim() -> Resul
     assert_eq!(bed.zvols(), zvols - 1);
     assert_eq!(bed.zvol("legacy"), Some(96 * MIB));
     assert_eq!(bed.destroyed(), 1);
-    let kept = state(&bed, &used)
-        .await?
-        .ok_or("a bound volume was reaped")?;
-    assert_eq!(phase(&kept), Some(VolumePhase::Ready));
+    for name in [&used, &seen] {
+        let kept = state(&bed, name)
+            .await?
+            .ok_or("a bound volume was reaped")?;
+        assert_eq!(phase(&kept), Some(VolumePhase::Ready));
+    }
     Ok(())
 }

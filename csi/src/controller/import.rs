@@ -295,13 +295,28 @@ pub fn completed(state: &PillarVolumeState) -> Option<bool> {
     ))
 }
 
-/// Whether the controller saw the record's claim bound to its volume: it
-/// published the volume at least once (ControllerPublishVolume comes only
-/// for a PersistentVolume bound to the claim a pod uses, and raises the
-/// publication generation), or the record is a metadata-loss recovery (the
-/// lost volume was bound and holds its data).
+/// The annotation of a PillarVolumeState whose claim the controller saw
+/// bound to the volume's PersistentVolume: the claim's UID. The reaper's
+/// pass writes it ([`crate::reconcile::reaper`]).
+pub const BOUND_CLAIM: &str = "pillar-csi.bhyoo.com/bound-claim-uid";
+
+/// Whether the controller saw the record's claim bound to its volume: the
+/// reaper's pass saw the claim of `spec.claimRef` Bound to it
+/// ([`BOUND_CLAIM`]), or the volume was published at least once
+/// (ControllerPublishVolume comes only for a PersistentVolume bound to the
+/// claim a pod uses, and raises the publication generation), or the record
+/// is a metadata-loss recovery (the lost volume was bound and holds its
+/// data).
 pub fn seen_bound(state: &PillarVolumeState) -> bool {
-    super::state::generation(state) > 0 || state.spec.recovery.is_some()
+    let marked = state
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(BOUND_CLAIM));
+    let claim = state.spec.claim_ref.as_ref().map(|c| &c.uid);
+    (marked.is_some() && marked == claim)
+        || super::state::generation(state) > 0
+        || state.spec.recovery.is_some()
 }
 
 /// Whether the volume is an LV kept PreserveOriginal: adopted so

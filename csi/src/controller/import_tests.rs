@@ -243,6 +243,21 @@ fn an_import_is_destroyed_only_after_its_claim_was_seen_bound() {
         zvol(Some(VolumePhase::Deleting)),
         2
     )));
+    // Seen Bound by the reaper's pass: the mark names the record's claim.
+    let mark = |uid: &str| {
+        let mut state = zvol(Some(VolumePhase::Ready));
+        state.spec.claim_ref = Some(api::crd::ClaimRef {
+            uid: "claim-uid".into(),
+            namespace: "db".into(),
+            name: "data".into(),
+        });
+        state.metadata.annotations = Some([(BOUND_CLAIM.to_owned(), uid.to_owned())].into());
+        state
+    };
+    assert!(seen_bound(&mark("claim-uid")));
+    assert!(!released_on_delete(&mark("claim-uid")));
+    assert!(!seen_bound(&mark("another-claim-uid")));
+    assert!(released_on_delete(&mark("another-claim-uid")));
     // A PreserveOriginal LV is always released; a Managed one like a zvol.
     let source = |preserve_original| LvmSource {
         volume_group: "data-vg".into(),

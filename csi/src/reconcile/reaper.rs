@@ -18,6 +18,9 @@
 //!   name and UID exists;
 //! - no PersistentVolume of the volume's name exists.
 //!
+//! The same lookups mark a Ready record whose claim is Bound to the
+//! volume's PV ([`import::BOUND_CLAIM`]): seen bound once, it is kept.
+//!
 //! Then, under the record's own fence token:
 //! 1. the agent is asked what it holds (ListVolumes). When the volume ID is
 //!    held by another record's live lifecycle, the agent holds nothing of
@@ -65,6 +68,13 @@ pub fn kept_because(record: &PillarVolumeState) -> Option<&'static str> {
         return Some("names no claim");
     }
     None
+}
+
+/// Whether the claim is Bound to the PersistentVolume `pv`.
+fn bound_to(claim: &PersistentVolumeClaim, pv: &str) -> bool {
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
+    let volume = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+    phase == Some("Bound") && volume == Some(pv)
 }
 
 /// Whether the agent's answer shows the record's volume ID held by the
@@ -129,7 +139,11 @@ impl Reconcilers {
         errors
     }
 
-    /// Whether the record's claim and PV are both gone.
+    /// Whether the record's claim and PV are both gone. A Ready record
+    /// whose claim (of the recorded UID) is Bound to the volume's PV is
+    /// marked [`import::BOUND_CLAIM`] on the way: from then on DeleteVolume
+    /// of an import destroys it under reclaimPolicy Delete, and the record
+    /// outlives a Retain PV deleted by hand.
     async fn abandoned(&self, record: &PillarVolumeState) -> Result<bool, Error> {
         let Some(claim) = &record.spec.claim_ref else {
             return Ok(false);
@@ -141,21 +155,40 @@ impl Reconcilers {
             .get(naming::CSI_NAME)
             .cloned()
             .unwrap_or_else(|| record.name_any());
-        let pv = Api::<PersistentVolume>::all(self.client.clone())
-            .get_opt(&name)
-            .await
-            .map_err(Error::kube(format!("read PersistentVolume {name:?}")))?;
-        if pv.is_some() {
-            return Ok(false);
-        }
         let pvc = Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), &claim.namespace)
             .get_opt(&claim.name)
             .await
             .map_err(Error::kube(format!(
                 "read PersistentVolumeClaim {}/{}",
                 claim.namespace, claim.name
+            )))?
+            .filter(|p| p.metadata.uid.as_deref() == Some(claim.uid.as_str()));
+        if let Some(pvc) = pvc {
+            let ready = record.status.as_ref().and_then(|s| s.phase) == Some(VolumePhase::Ready);
+            if ready && bound_to(&pvc, &name) {
+                self.mark_bound(record, &claim.uid).await?;
+            }
+            return Ok(false);
+        }
+        let pv = Api::<PersistentVolume>::all(self.client.clone())
+            .get_opt(&name)
+            .await
+            .map_err(Error::kube(format!("read PersistentVolume {name:?}")))?;
+        Ok(pv.is_none())
+    }
+
+    /// Writes [`import::BOUND_CLAIM`] on the record.
+    async fn mark_bound(&self, record: &PillarVolumeState, uid: &str) -> Result<(), Error> {
+        let name = record.name_any();
+        let patch = serde_json::json!({"metadata": {"annotations": {import::BOUND_CLAIM: uid}}});
+        Api::<PillarVolumeState>::all(self.client.clone())
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::kube(format!(
+                "mark PillarVolumeState {name:?} bound to its claim"
             )))?;
-        Ok(pvc.is_none_or(|p| p.metadata.uid.as_deref() != Some(claim.uid.as_str())))
+        tracing::info!(record = %name, claim = %uid, "claim seen bound to its volume");
+        Ok(())
     }
 
     /// Tells the agent to forget the claim, then removes its records.
