@@ -231,12 +231,14 @@ impl Bench {
     /// Reboots the storage side as a power cycle does: the agent killed,
     /// every nvmet and LIO object removed from configfs (the kernel target's
     /// state does not survive a reboot), the agent started again, which
-    /// makes its exports again from its marks. Returns how long the target
-    /// was gone: from the kill until the restarted agent answered.
-    pub async fn reboot_storage(&mut self) -> Result<Duration> {
+    /// makes its exports again from its marks, after `down` (the node's
+    /// reboot). Returns how long the target was gone: from the kill until
+    /// the restarted agent answered.
+    pub async fn reboot_storage(&mut self, down: Duration) -> Result<Duration> {
         let start = std::time::Instant::now();
         self.agent_process.kill()?;
         empty_kernel_targets()?;
+        tokio::time::sleep(down).await;
         self.agent_process.restart().await?;
         self.agent = self.agent_process.client().await?;
         Ok(start.elapsed())

@@ -26,6 +26,9 @@ const RECORD: usize = 4096;
 /// Records acknowledged before the reboot, and again after it.
 const BEFORE: u64 = 8;
 const AFTER: u64 = 8;
+/// How long the storage side stays down: longer than the NVMe host's I/O
+/// timeout (30 s), so held I/O must outlast it.
+const DOWN: Duration = Duration::from_secs(45);
 /// How long the writer may take to get past the reboot.
 const RESUME_BOUND: Duration = Duration::from_secs(240);
 
@@ -140,7 +143,7 @@ async fn node_reboot_of_the_storage_side_under_a_writer_loses_no_write() -> Resu
             tokio::task::spawn_blocking(move || writer(path, stop, acked))
         };
         wait_for(&acked, BEFORE, RESUME_BOUND).await?;
-        let outage = b.reboot_storage().await?;
+        let outage = b.reboot_storage(DOWN).await?;
         let at_reboot = acked.load(Ordering::SeqCst);
         if let Some(before) = &identity {
             assert_eq!(
@@ -165,6 +168,9 @@ async fn node_reboot_of_the_storage_side_under_a_writer_loses_no_write() -> Resu
 
         n.node_unstage_volume(unstage_req(&v, &staging)).await?;
         assert!(!connected(&v), "{name}: Unstage ended the connection");
+        // LIO holds the zvol exclusively while it exports it: the witness
+        // mounts it once the export is gone.
+        b.unexport(&v).await?;
         let lost = lost_records(&v.device, &b.path("witness"), &report.acknowledged)?;
         println!(
             "reboot under a writer ({name}): {} writes attempted, {} failed, {lost} lost of {} acknowledged; the target was gone {:.1} s",
