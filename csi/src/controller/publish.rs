@@ -5,6 +5,14 @@
 //! with the raised fence token, so a controller holding an older view is
 //! refused by the agent. The node stays listed until the agent has denied
 //! it, so a retried Unpublish still reaches the agent.
+//!
+//! The recorded ACL (`spec.exportSpec.allowedInitiators`, what the resync
+//! restores) never lists a node its Unpublish has begun to cut off:
+//! Unpublish narrows it before it raises the generation, so a resync that
+//! reads the record at any step sends the narrowed ACL (an older read's
+//! ACL carries the older generation, which the agent refuses once the
+//! denial is made). Each step is a compare-and-swap on the record the step
+//! before wrote, and a node enters the ACL only through its own Publish.
 use super::capabilities::{check, single_node};
 use super::error::{Error, Result};
 use super::state::{fence, generation};
@@ -96,27 +104,33 @@ impl Controller {
                 )
                 .await?
         };
-        self.export(&state).await
+        self.export(&state, &node).await
     }
 
-    /// Exports the volume to every node its record lists, under the
-    /// record's present fence token, and returns the publish context.
-    async fn export(&self, state: &PillarVolumeState) -> Result<HashMap<String, String>> {
+    /// Exports the volume under the record's present fence token to `node`
+    /// and the listed nodes its recorded ACL admits (not one whose
+    /// Unpublish has begun), and returns the publish context.
+    async fn export(
+        &self,
+        state: &PillarVolumeState,
+        node: &NodeId,
+    ) -> Result<HashMap<String, String>> {
         let protocol = state.spec.protocol_type;
         let nodes = state
             .status
             .as_ref()
             .map(|s| s.published_nodes.clone())
             .unwrap_or_default();
-        let allowed = initiators(&nodes, protocol);
-        let acl = state
-            .spec
-            .export_spec
-            .as_ref()
-            .is_none_or(|e| e.acl_enabled);
+        let this = initiator(node, protocol);
+        let recorded = state.spec.export_spec.as_ref();
+        let allowed: Vec<String> = initiators(&nodes, protocol)
+            .into_iter()
+            .filter(|i| *i == this || recorded.is_none_or(|e| e.allowed_initiators.contains(i)))
+            .collect();
+        let acl = recorded.is_none_or(|e| e.acl_enabled);
         let state = self
             .states
-            .patch_spec(
+            .swap_spec(
                 state,
                 serde_json::json!({"exportSpec": {"aclEnabled": acl, "allowedInitiators": allowed}}),
             )
@@ -190,20 +204,7 @@ impl Controller {
         if leaving.is_empty() {
             return Ok(());
         }
-        let next = generation(&state) + 1;
-        let state = self
-            .states
-            .set_status(
-                &state,
-                PillarVolumeStateStatus {
-                    publication_generation: Some(next),
-                    ..status.clone()
-                },
-            )
-            .await?;
         let protocol = state.spec.protocol_type;
-        let agent = self.agent_of(&state).await?;
-        let mut client = self.agents.client(&agent)?;
         let remaining: Vec<PublishedNode> = status
             .published_nodes
             .iter()
@@ -211,6 +212,35 @@ impl Controller {
             .cloned()
             .collect();
         let staying = initiators(&remaining, protocol);
+        let acl = state
+            .spec
+            .export_spec
+            .as_ref()
+            .is_none_or(|e| e.acl_enabled);
+        // 1. The narrowed ACL, before the generation that makes it current.
+        let state = self
+            .states
+            .swap_spec(
+                &state,
+                serde_json::json!({"exportSpec": {"aclEnabled": acl, "allowedInitiators": staying}}),
+            )
+            .await?;
+        // 2. The raised generation, on the record step 1 wrote.
+        let next = generation(&state) + 1;
+        let status = state.status.clone().unwrap_or_default();
+        let state = self
+            .states
+            .set_status(
+                &state,
+                PillarVolumeStateStatus {
+                    publication_generation: Some(next),
+                    ..status
+                },
+            )
+            .await?;
+        // 3. The agent cuts the leaving nodes off under it.
+        let agent = self.agent_of(&state).await?;
+        let mut client = self.agents.client(&agent)?;
         for gone in initiators(&leaving, protocol) {
             if staying.contains(&gone) {
                 continue;
@@ -226,18 +256,7 @@ impl Controller {
                 .await
                 .map_err(client.fail())?;
         }
-        let acl = state
-            .spec
-            .export_spec
-            .as_ref()
-            .is_none_or(|e| e.acl_enabled);
-        let state = self
-            .states
-            .patch_spec(
-                &state,
-                serde_json::json!({"exportSpec": {"aclEnabled": acl, "allowedInitiators": staying}}),
-            )
-            .await?;
+        // 4. The nodes leave the record, on the record step 2 wrote.
         let status = state.status.clone().unwrap_or_default();
         self.states
             .set_status(

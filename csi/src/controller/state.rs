@@ -33,6 +33,17 @@ pub fn generation(state: &PillarVolumeState) -> u64 {
         .unwrap_or(0)
 }
 
+/// A compare-and-swap write's error: ABORTED when the record changed
+/// since it was read (the CO retries), else the API error.
+fn conflict<'a>(name: &'a str, what: &'a str) -> impl FnOnce(kube::Error) -> Error + 'a {
+    move |e| match e {
+        kube::Error::Api(s) if s.code == 409 => Error::Aborted(format!(
+            "PillarVolumeState {name:?} changed while this call ran; retry"
+        )),
+        e => Error::kube(format!("{what} PillarVolumeState {name:?}"))(e),
+    }
+}
+
 impl States {
     /// The store over `client`.
     pub fn new(client: kube::Client) -> Self {
@@ -104,12 +115,26 @@ impl States {
         self.api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(|e| match e {
-                kube::Error::Api(s) if s.code == 409 => Error::Aborted(format!(
-                    "PillarVolumeState {name:?} changed while this call ran; retry"
-                )),
-                e => Error::kube(format!("write the status of PillarVolumeState {name:?}"))(e),
-            })
+            .map_err(conflict(&name, "write the status of"))
+    }
+
+    /// Merges `spec` (a JSON object of spec fields) into the record as
+    /// read (conflict when it changed since): for fields computed from the
+    /// record, which a concurrent writer's change would make stale.
+    pub async fn swap_spec(
+        &self,
+        state: &PillarVolumeState,
+        spec: serde_json::Value,
+    ) -> Result<PillarVolumeState> {
+        let name = state.name_any();
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": state.metadata.resource_version},
+            "spec": spec,
+        });
+        self.api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(conflict(&name, "update"))
     }
 
     /// Merges `spec` (a JSON object of spec fields) into the record.

@@ -42,7 +42,8 @@ pub struct Calls {
     pub creates: Vec<ag::CreateVolumeRequest>,
 }
 
-/// Where the recorder holds an agent CreateVolume until released.
+/// Where the recorder holds an agent call (CreateVolume, unless
+/// [`Bed::held_method`] names another) until released.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Hold {
     /// Nowhere: calls pass.
@@ -60,6 +61,7 @@ pub struct Recorder {
     inner: AgentGrpc,
     calls: Arc<Mutex<Calls>>,
     hold: watch::Receiver<Hold>,
+    held_method: Arc<Mutex<&'static str>>,
 }
 
 impl Recorder {
@@ -88,7 +90,7 @@ macro_rules! delegate {
                     request: Request<ag::$req>,
                 ) -> std::result::Result<Response<ag::$resp>, Status> {
                     self.seen(stringify!($method), request.get_ref());
-                    let create = stringify!($method) == "create_volume";
+                    let create = stringify!($method) == *self.held_method.lock().unwrap();
                     if create {
                         self.pass(Hold::Request).await;
                     }
@@ -140,6 +142,8 @@ pub struct Bed {
     pub agent_port: u16,
     /// Where agent CreateVolume calls are held (none at first).
     pub hold: watch::Sender<Hold>,
+    /// The agent method `hold` applies to (`create_volume` at first).
+    pub held_method: Arc<Mutex<&'static str>>,
     /// The mTLS material of agent and controller.
     pub certs: Certs,
     _agent: AgentServer,
@@ -154,10 +158,12 @@ pub async fn bed() -> Result<Bed> {
     let fixture = sim::fixture();
     let calls = Arc::new(Mutex::new(Calls::default()));
     let (hold, held) = watch::channel(Hold::None);
+    let held_method = Arc::new(Mutex::new("create_volume"));
     let recorder = Recorder {
         inner: AgentGrpc::new(fixture.agent.clone(), "sim"),
         calls: calls.clone(),
         hold: held,
+        held_method: held_method.clone(),
     };
     let (port, agent) = serve_agent(&certs.agent_server_tls()?, recorder, 0).await?;
     create_agent(&client, port).await?;
@@ -181,6 +187,7 @@ pub async fn bed() -> Result<Bed> {
         calls,
         agent_port: port,
         hold,
+        held_method,
         certs,
         _agent: agent,
     })
