@@ -260,13 +260,24 @@ impl Agent {
                 protocol.as_str()
             ))
         };
-        let location = txn.mark.backend.clone().ok_or_else(not_exported)?;
-        let previous = txn
-            .mark
-            .exports
-            .get(protocol.as_str())
-            .cloned()
-            .ok_or_else(not_exported)?;
+        // Denying an initiator of a volume not exported over `protocol`
+        // asks for what already holds (nothing is admitted): success, so a
+        // Publish whose export never landed can be undone. A volume the
+        // agent holds records the token's generation, which an older
+        // ExportVolume is then refused under; no mark is made for one it
+        // does not hold.
+        let Some(location) = txn.mark.backend.clone() else {
+            return if allow { Err(not_exported()) } else { Ok(()) };
+        };
+        let Some(previous) = txn.mark.exports.get(protocol.as_str()).cloned() else {
+            if allow {
+                return Err(not_exported());
+            }
+            txn.commit().await?;
+            info!(volume = %id, protocol = protocol.as_str(), initiator = %initiator,
+                "initiator denied: the volume is not exported over the protocol");
+            return Ok(());
+        };
         let mut record = previous.clone();
         if allow {
             record.allowed_initiators.insert(initiator.clone());

@@ -337,3 +337,72 @@ async fn calls_for_a_pool_no_backend_serves_are_refused_and_record_nothing(
     assert_eq!(a.marks().volume_ids()?, Vec::<String>::new());
     Ok(())
 }
+
+#[tokio::test]
+async fn denying_an_initiator_of_a_volume_not_exported_succeeds_and_fences(
+) -> Result<(), AgentError> {
+    let f = fixture();
+    let a = &f.agent;
+    a.create_volume(
+        "tank/v",
+        None,
+        10,
+        CreateOptions::default(),
+        tok("u1", 1).as_ref(),
+    )
+    .await?;
+    // A Publish raised the generation to 2, its ExportVolume never came.
+    let allow = a
+        .set_initiator(
+            "tank/v",
+            Protocol::NvmeofTcp,
+            HOST,
+            true,
+            tok("u1", 2).as_ref(),
+        )
+        .await;
+    assert!(
+        matches!(&allow, Err(AgentError::FailedPrecondition(m)) if m.contains("not exported")),
+        "{allow:?}"
+    );
+    // Its Unpublish, at generation 3: nothing to cut off, done.
+    a.set_initiator(
+        "tank/v",
+        Protocol::NvmeofTcp,
+        HOST,
+        false,
+        tok("u1", 3).as_ref(),
+    )
+    .await?;
+    // The generation is recorded: the lost Publish's export is refused.
+    let late = a
+        .export_volume(
+            "tank/v",
+            None,
+            Protocol::NvmeofTcp,
+            acl(),
+            tok("u1", 2).as_ref(),
+        )
+        .await;
+    assert!(
+        matches!(&late, Err(AgentError::FailedPrecondition(_))),
+        "{late:?}"
+    );
+    assert!(f
+        .exporter
+        .exports
+        .lock()
+        .map_err(|_| AgentError::Internal("poison".into()))?
+        .is_empty());
+    // A volume the agent does not hold: nothing admitted, no mark made.
+    a.set_initiator(
+        "tank/none",
+        Protocol::NvmeofTcp,
+        HOST,
+        false,
+        tok("u9", 1).as_ref(),
+    )
+    .await?;
+    assert_eq!(a.marks().volume_ids()?, vec!["tank/v".to_owned()]);
+    Ok(())
+}
