@@ -219,3 +219,79 @@ async fn node_never_publishes_stats_or_grows_a_lost_staging_mount() -> Result<()
     b.delete(&v).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn node_a_failed_stage_leaves_the_node_as_it_found_it() -> Result<()> {
+    let mut b = Bench::new("node-undo").await?;
+    let mut n = b.plugin.node().await?;
+    let bad_flags = || {
+        let mut cap = mount_cap("ext4");
+        if let Some(pillar_csi_lab::csi::csi_pb::volume_capability::AccessType::Mount(m)) =
+            cap.as_mut().and_then(|c| c.access_type.as_mut())
+        {
+            m.mount_flags = vec!["nosuchoption".into()];
+        }
+        cap
+    };
+    // mount(2) refuses an unknown option after the connection was made and
+    // the filesystem made: the connection and the record go again, and a
+    // Stage with other options is not refused as ALREADY_EXISTS.
+    for protocol in [NVME, ISCSI] {
+        let v = b.volume(ZVOL, protocol, 64 << 20).await?;
+        let staging = b.path("staging");
+        let e = n
+            .node_stage_volume(stage_req(&v, &staging, bad_flags()))
+            .await
+            .expect_err("an unknown mount option is refused");
+        assert!(
+            e.message().contains("nosuchoption") || e.message().contains("Invalid argument"),
+            "{e}"
+        );
+        assert!(
+            !connected(&v),
+            "the failed Stage ended the connection it made: {e}"
+        );
+        assert_eq!(records(&b.plugin.state_dir)?, 0, "no staging record left");
+        n.node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
+            .await?;
+        assert!(mounted(&staging)?.is_some());
+        n.node_unstage_volume(unstage_req(&v, &staging)).await?;
+        b.delete(&v).await?;
+    }
+    // A connection the failed Stage found (made by hand, with the node's
+    // own host NQN) is not touched.
+    let v = b.volume(ZVOL, NVME, 64 << 20).await?;
+    let nqn = v.context["target"].clone();
+    run(
+        "nvme",
+        &[
+            "connect",
+            "-t",
+            "tcp",
+            "-a",
+            &v.context["address"],
+            "-s",
+            &v.context["port"],
+            "-n",
+            &nqn,
+            "--hostnqn",
+            &b.host_nqn,
+        ],
+    )?;
+    let found = controllers_of(&nqn);
+    assert_eq!(found.len(), 1, "connected by hand");
+    let staging = b.path("staging");
+    n.node_stage_volume(stage_req(&v, &staging, bad_flags()))
+        .await
+        .expect_err("an unknown mount option is refused");
+    assert_eq!(
+        controllers_of(&nqn),
+        found,
+        "the hand-made controller is kept"
+    );
+    assert_eq!(records(&b.plugin.state_dir)?, 0, "no staging record left");
+    run("nvme", &["disconnect", "-n", &nqn])?;
+    b.delete(&v).await?;
+    Ok(())
+}

@@ -73,38 +73,75 @@ fn await_disk(
     }
 }
 
-impl Attacher {
-    /// Connects (or reuses the connection) and returns the volume's device
-    /// node.
-    pub fn attach(&self, ctx: &PublishContext) -> Result<PathBuf> {
-        let address = ctx.address.to_string();
-        match ctx.protocol {
-            Protocol::NvmeofTcp => {
-                let target = nvme_target(&address, ctx.port, &ctx.target)?;
-                let (ctrl, made) =
-                    super::timed("connect", || self.nvme.connect(&target, &self.host))?;
-                tracing::info!(controller = %ctrl, new = made, nqn = %ctx.target, "NVMe/TCP controller");
-                let what = format!("namespace {} of {} on {ctrl}", ctx.lun, ctx.target);
-                super::timed("device", || {
-                    await_disk(&what, self.device_wait, || {
-                        self.nvme.namespace_disk(&ctx.target, ctx.lun, &ctrl)
-                    })
-                })
-            }
-            Protocol::Iscsi => {
-                let target = iscsi_target(&address, ctx.port, &ctx.target)?;
-                super::timed("connect", || self.iscsi.login(&target, ctx.chap.as_ref()))?;
-                let what = format!("LUN {} of {}", ctx.lun, ctx.target);
-                super::timed("device", || {
-                    await_disk(&what, self.device_wait, || {
-                        self.iscsi
-                            .sessions(&target)
-                            .iter()
-                            .find_map(|s| self.iscsi.lun_disk(s, ctx.lun))
-                    })
-                })
-            }
+/// What [`Attacher::attach`] did.
+#[derive(Debug)]
+pub struct Attach {
+    /// Whether this call made the connection (none existed before it): a
+    /// Stage that fails ends only a connection it made.
+    pub made: bool,
+    /// The volume's device node, or why there is none.
+    pub device: Result<PathBuf>,
+}
+
+impl Attach {
+    /// A connection that failed: nothing was made.
+    fn failed(e: Error) -> Self {
+        Self {
+            made: false,
+            device: Err(e),
         }
+    }
+}
+
+impl Attacher {
+    /// Connects (or reuses the connection) and finds the volume's device
+    /// node.
+    pub fn attach(&self, ctx: &PublishContext) -> Attach {
+        match ctx.protocol {
+            Protocol::NvmeofTcp => self.attach_nvme(ctx),
+            Protocol::Iscsi => self.attach_iscsi(ctx),
+        }
+    }
+
+    fn attach_nvme(&self, ctx: &PublishContext) -> Attach {
+        let target = match nvme_target(&ctx.address.to_string(), ctx.port, &ctx.target) {
+            Ok(t) => t,
+            Err(e) => return Attach::failed(e),
+        };
+        let (ctrl, made) = match super::timed("connect", || self.nvme.connect(&target, &self.host))
+        {
+            Ok(c) => c,
+            Err(e) => return Attach::failed(e),
+        };
+        tracing::info!(controller = %ctrl, new = made, nqn = %ctx.target, "NVMe/TCP controller");
+        let what = format!("namespace {} of {} on {ctrl}", ctx.lun, ctx.target);
+        let device = super::timed("device", || {
+            await_disk(&what, self.device_wait, || {
+                self.nvme.namespace_disk(&ctx.target, ctx.lun, &ctrl)
+            })
+        });
+        Attach { made, device }
+    }
+
+    fn attach_iscsi(&self, ctx: &PublishContext) -> Attach {
+        let target = match iscsi_target(&ctx.address.to_string(), ctx.port, &ctx.target) {
+            Ok(t) => t,
+            Err(e) => return Attach::failed(e),
+        };
+        let made = self.iscsi.sessions(&target).is_empty();
+        if let Err(e) = super::timed("connect", || self.iscsi.login(&target, ctx.chap.as_ref())) {
+            return Attach::failed(e);
+        }
+        let what = format!("LUN {} of {}", ctx.lun, ctx.target);
+        let device = super::timed("device", || {
+            await_disk(&what, self.device_wait, || {
+                self.iscsi
+                    .sessions(&target)
+                    .iter()
+                    .find_map(|s| self.iscsi.lun_disk(s, ctx.lun))
+            })
+        });
+        Attach { made, device }
     }
 
     /// Ends the connection a record used (disconnects the NVMe controllers

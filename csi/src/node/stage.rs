@@ -130,45 +130,73 @@ impl Node {
         };
         // Attach every time: it reuses the connection and finds the device
         // again (its name may have changed since a restart).
-        let attached = self.connection_locks.with(&connection_key(&record), || {
+        let attach = self.connection_locks.with(&connection_key(&record), || {
             if record.phase == Phase::Attaching {
                 self.records.save(&record)?;
             }
-            self.attacher.attach(&req.context)
-        });
-        let device = match attached {
-            Ok(device) => device,
-            Err(e) => {
-                // A target that refuses this node's credentials refuses
-                // every retry: a fresh Stage forgets the volume again (no
-                // Unstage follows a failed Stage).
-                if fresh && e.kind == Kind::PermissionDenied {
-                    self.release(&record)?;
-                }
-                return Err(e);
-            }
-        };
-        if record.device.as_ref() != Some(&device) || record.phase == Phase::Attaching {
-            record.device = Some(device.clone());
+            Ok(self.attacher.attach(&req.context))
+        })?;
+        let staged = attach
+            .device
+            .and_then(|device| self.finish_stage(req, &mut record, &device));
+        if let Err(e) = &staged {
+            // kubelet calls no Unstage after a failed Stage: the node is
+            // left as it was before this call.
+            self.undo_stage(&record, fresh, attach.made, e);
+        }
+        staged
+    }
+
+    /// The rest of a Stage once the device is known: recorded, formatted
+    /// when blank and mounted (a filesystem), marked Staged.
+    fn finish_stage(
+        &self,
+        req: &StageRequest,
+        record: &mut StagingRecord,
+        device: &Path,
+    ) -> Result<()> {
+        if record.device.as_deref() != Some(device) || record.phase == Phase::Attaching {
+            record.device = Some(device.to_owned());
             record.phase = record.phase.max_attached();
-            self.records.save(&record)?;
+            self.records.save(record)?;
         }
         if let Access::Mount { fs_type, flags } = &req.access {
-            if let Err(e) = self.mount_staging(req, &device, fs_type, flags) {
-                // A refused device (it holds data) stays refused on every
-                // retry, and kubelet calls no Unstage after a failed Stage:
-                // a Stage that made the attachment ends it again.
-                if fresh && e.kind == Kind::FailedPrecondition {
-                    self.release(&record)?;
-                }
-                return Err(e);
-            }
+            self.mount_staging(req, device, fs_type, flags)?;
         }
         if record.phase != Phase::Staged {
             record.phase = Phase::Staged;
-            self.records.save(&record)?;
+            self.records.save(record)?;
         }
         Ok(())
+    }
+
+    /// Undoes what a failed Stage did: the connection it made (`made`) is
+    /// ended, after its staging mount if it made one; the record it wrote
+    /// (`fresh`) is removed. A connection or record found is left alone.
+    /// What cannot be undone is logged beside the Stage's own error.
+    fn undo_stage(&self, record: &StagingRecord, fresh: bool, made: bool, failed: &Error) {
+        let undo = || -> Result<()> {
+            if made {
+                if let Some(device) = &record.device {
+                    if mount_at(&record.staging_path)?
+                        .is_some_and(|m| devnum(device).is_ok_and(|d| d == m.devnum))
+                    {
+                        unmount_path(&record.staging_path, false)?;
+                    }
+                }
+                self.end_connection(record)?;
+            }
+            if fresh {
+                self.records.remove(&record.volume_id)?;
+            }
+            Ok(())
+        };
+        match undo() {
+            Ok(()) => tracing::info!(made, fresh, error = %failed, "failed Stage undone"),
+            Err(e) => {
+                tracing::warn!(error = %e, stage_error = %failed, "could not undo a failed Stage")
+            }
+        }
     }
 
     fn mount_staging(
@@ -234,6 +262,13 @@ impl Node {
     /// use (mounted, held, open, or a filesystem still writing back) is
     /// kept and the call fails, unless its transport is dead already.
     fn release(&self, record: &StagingRecord) -> Result<()> {
+        self.check_idle(record)?;
+        self.end_connection(record)?;
+        self.records.remove(&record.volume_id)
+    }
+
+    /// Ends the connection of `record` unless another staged volume uses it.
+    fn end_connection(&self, record: &StagingRecord) -> Result<()> {
         self.connection_locks.with(&connection_key(record), || {
             let shared = self
                 .records
@@ -242,11 +277,9 @@ impl Node {
                 .any(|o| o.volume_id != record.volume_id && o.shares_connection(record));
             if shared {
                 tracing::info!(target = %record.target, "connection kept: another staged volume uses it");
-            } else {
-                self.check_idle(record)?;
-                self.attacher.detach(record)?;
+                return Ok(());
             }
-            self.records.remove(&record.volume_id)
+            self.attacher.detach(record)
         })
     }
 
