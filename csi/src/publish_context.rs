@@ -8,7 +8,12 @@
 //! | `port` | the target's TCP port |
 //! | `target` | the subsystem NQN (NVMe/TCP) or the target IQN (iSCSI) |
 //! | `lun` | the namespace ID (NVMe/TCP) or the LUN (iSCSI) |
-//! | `chapUsername`, `chapPassword` | iSCSI CHAP, both or neither |
+//!
+//! iSCSI CHAP credentials (`chapUsername`, `chapPassword`, both or neither)
+//! travel in NodeStageVolume's `secrets` (the StorageClass's
+//! `csi.storage.k8s.io/node-stage-secret-*` Secret), never in the publish
+//! context, which Kubernetes keeps in the VolumeAttachment's status for any
+//! reader of it: a publish context carrying them is refused.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -23,21 +28,54 @@ pub const PORT: &str = "port";
 pub const TARGET: &str = "target";
 /// The key of the namespace ID or LUN.
 pub const LUN: &str = "lun";
-/// The key of the iSCSI CHAP user name.
+/// The key of the iSCSI CHAP user name, in NodeStageVolume's secrets.
 pub const CHAP_USERNAME: &str = "chapUsername";
-/// The key of the iSCSI CHAP password.
+/// The key of the iSCSI CHAP password, in NodeStageVolume's secrets.
 pub const CHAP_PASSWORD: &str = "chapPassword";
 
 /// How the node reaches the volume: one definition, in the vocabulary crate.
 pub use api::tokens::Protocol;
 
-/// iSCSI CHAP credentials.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// iSCSI CHAP credentials. `Debug` hides the secret.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Chap {
     /// The user name.
     pub username: String,
     /// The secret.
     pub password: String,
+}
+
+impl std::fmt::Debug for Chap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chap")
+            .field("username", &self.username)
+            .field("password", &"<hidden>")
+            .finish()
+    }
+}
+
+impl Chap {
+    /// The credentials in NodeStageVolume's `secrets`, if any (both keys
+    /// or neither).
+    pub fn from_secrets(
+        secrets: &HashMap<String, String>,
+    ) -> Result<Option<Self>, InvalidPublishContext> {
+        match (secrets.get(CHAP_USERNAME), secrets.get(CHAP_PASSWORD)) {
+            (None, None) => Ok(None),
+            (Some(username), Some(password)) => Ok(Some(Chap {
+                username: username.clone(),
+                password: password.clone(),
+            })),
+            (Some(_), None) => Err(InvalidPublishContext {
+                key: CHAP_PASSWORD,
+                reason: "missing from the secrets while chapUsername is set".into(),
+            }),
+            (None, Some(_)) => Err(InvalidPublishContext {
+                key: CHAP_USERNAME,
+                reason: "missing from the secrets while chapPassword is set".into(),
+            }),
+        }
+    }
 }
 
 /// Where and what to attach.
@@ -53,7 +91,8 @@ pub struct PublishContext {
     pub target: String,
     /// The namespace ID or the LUN.
     pub lun: u32,
-    /// iSCSI CHAP, when the target requires it.
+    /// iSCSI CHAP, when the target requires it: from NodeStageVolume's
+    /// secrets ([`Chap::from_secrets`]), never from the map.
     pub chap: Option<Chap>,
 }
 
@@ -102,45 +141,33 @@ impl PublishContext {
             key: PROTOCOL,
             reason: format!("{token:?} is neither \"nvmeof-tcp\" nor \"iscsi\""),
         })?;
-        let chap = match (map.get(CHAP_USERNAME), map.get(CHAP_PASSWORD)) {
-            (None, None) => None,
-            (Some(username), Some(password)) => Some(Chap {
-                username: username.clone(),
-                password: password.clone(),
-            }),
-            (Some(_), None) => Err(InvalidPublishContext {
-                key: CHAP_PASSWORD,
-                reason: "missing while chapUsername is set".into(),
-            })?,
-            (None, Some(_)) => Err(InvalidPublishContext {
-                key: CHAP_USERNAME,
-                reason: "missing while chapPassword is set".into(),
-            })?,
-        };
+        for key in [CHAP_USERNAME, CHAP_PASSWORD] {
+            if map.contains_key(key) {
+                return Err(InvalidPublishContext {
+                    key,
+                    reason: "CHAP credentials are refused in the publish context (Kubernetes keeps it in the VolumeAttachment); they belong in NodeStageVolume's secrets".into(),
+                });
+            }
+        }
         Ok(PublishContext {
             protocol,
             address: parse(map, ADDRESS)?,
             port: parse(map, PORT)?,
             target: get(map, TARGET)?.to_owned(),
             lun: parse(map, LUN)?,
-            chap,
+            chap: None,
         })
     }
 
-    /// Writes the map CSI carries.
+    /// Writes the map CSI carries (CHAP is never in it).
     pub fn to_map(&self) -> HashMap<String, String> {
-        let mut map = HashMap::from([
+        HashMap::from([
             (PROTOCOL.to_owned(), self.protocol.as_str().to_owned()),
             (ADDRESS.to_owned(), self.address.to_string()),
             (PORT.to_owned(), self.port.to_string()),
             (TARGET.to_owned(), self.target.clone()),
             (LUN.to_owned(), self.lun.to_string()),
-        ]);
-        if let Some(chap) = &self.chap {
-            map.insert(CHAP_USERNAME.to_owned(), chap.username.clone());
-            map.insert(CHAP_PASSWORD.to_owned(), chap.password.clone());
-        }
-        map
+        ])
     }
 }
 
@@ -169,7 +196,32 @@ mod tests {
             username: "u".into(),
             password: "p".into(),
         });
+        assert!(!c.to_map().contains_key(CHAP_PASSWORD), "no secret written");
+        c.chap = None;
         assert_eq!(PublishContext::from_map(&c.to_map()), Ok(c));
+    }
+
+    #[test]
+    fn chap_comes_from_the_secrets_and_its_secret_never_shows() {
+        let secrets = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let chap = Chap::from_secrets(&secrets(&[(CHAP_USERNAME, "u"), (CHAP_PASSWORD, "s3cret")]))
+            .expect("both keys")
+            .expect("CHAP");
+        assert_eq!(chap.username, "u");
+        assert!(!format!("{chap:?}").contains("s3cret"), "{chap:?}");
+        assert_eq!(Chap::from_secrets(&secrets(&[])), Ok(None));
+        let e = Chap::from_secrets(&secrets(&[(CHAP_USERNAME, "u")])).expect_err("half");
+        assert_eq!(e.key, CHAP_PASSWORD);
+        let mut map = nvme().to_map();
+        map.insert(CHAP_PASSWORD.to_owned(), "s3cret".to_owned());
+        let e = PublishContext::from_map(&map).expect_err("CHAP in the publish context");
+        assert_eq!(e.key, CHAP_PASSWORD);
+        assert!(!e.to_string().contains("s3cret"), "{e}");
     }
 
     #[test]
@@ -180,7 +232,7 @@ mod tests {
             (PORT, Some("70000"), "70000"),
             (LUN, None, "missing"),
             (TARGET, Some(""), "missing"),
-            (CHAP_USERNAME, Some("u"), "missing while chapUsername"),
+            (CHAP_USERNAME, Some("u"), "secrets"),
         ];
         for (key, value, reason) in cases {
             let mut map = nvme().to_map();

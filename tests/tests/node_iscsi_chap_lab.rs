@@ -1,9 +1,11 @@
 //! iSCSI with CHAP: the agent exports a volume whose target requires CHAP
 //! (TPG `authentication` on, the credentials on the node's ACL), and
 //! NodeStageVolume logs in and mounts only with the right credentials in
-//! the publish context. Missing or wrong credentials are refused with
-//! PERMISSION_DENIED naming what was wrong, and leave no session, no
-//! open-iscsi node record and no staging record behind.
+//! its secrets (never the publish context, which is refused when it carries
+//! them). Missing or wrong credentials are refused with PERMISSION_DENIED
+//! naming what was wrong, and leave no session, no open-iscsi node record
+//! and no staging record behind; after a login the secret is neither in the
+//! node record nor in the plugin's log.
 //!
 //! Run with `tests/lab/run tests -- node_iscsi_chap`.
 use pillar_csi_lab::{agent::pb, block::pattern, node_bed::*, Result};
@@ -43,7 +45,7 @@ async fn node_iscsi_chap_stage_needs_the_right_credentials() -> Result<()> {
         username: USER.into(),
         password: SECRET.into(),
     };
-    let mut v = b
+    let v = b
         .volume_with_chap(ZVOL, ISCSI, 64 << 20, Some(chap))
         .await?;
     let iqn = v.context["target"].clone();
@@ -51,9 +53,33 @@ async fn node_iscsi_chap_stage_needs_the_right_credentials() -> Result<()> {
     assert_eq!(lio(&iqn, "attrib/authentication")?, "1");
     assert_eq!(lio(&iqn, &format!("acls/{}/auth/userid", b.iqn))?, USER);
     let staging = b.path("staging");
-    let plain = v.context.clone();
+    let with_secrets = |v: &Volume, user: &str, secret: &str| {
+        let mut req = stage_req(v, &staging, mount_cap("ext4"));
+        req.secrets = [
+            ("chapUsername".to_owned(), user.to_owned()),
+            ("chapPassword".to_owned(), secret.to_owned()),
+        ]
+        .into();
+        req
+    };
 
-    // No credentials in the publish context.
+    // CHAP in the publish context (stored in the VolumeAttachment) is
+    // refused, naming the key, never the secret.
+    let mut leaky = stage_req(&v, &staging, mount_cap("ext4"));
+    leaky
+        .publish_context
+        .insert("chapPassword".into(), SECRET.into());
+    let e = n
+        .node_stage_volume(leaky)
+        .await
+        .expect_err("CHAP in the publish context is refused");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("chapPassword") && !e.message().contains(SECRET),
+        "{e}"
+    );
+
+    // No credentials.
     let e = n
         .node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
         .await
@@ -64,11 +90,8 @@ async fn node_iscsi_chap_stage_needs_the_right_credentials() -> Result<()> {
         "{e}"
     );
     // Wrong credentials.
-    v.context.insert("chapUsername".into(), USER.into());
-    v.context
-        .insert("chapPassword".into(), "wrong-secret-999".into());
     let e = n
-        .node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
+        .node_stage_volume(with_secrets(&v, USER, "wrong-secret-999"))
         .await
         .expect_err("a login with the wrong secret is refused");
     assert_eq!(e.code(), Code::PermissionDenied, "{e}");
@@ -91,12 +114,21 @@ async fn node_iscsi_chap_stage_needs_the_right_credentials() -> Result<()> {
     assert_eq!(mounted(&staging)?, None);
 
     // The right credentials: logged in, formatted, mounted, writable.
-    v.context = plain;
-    v.context.insert("chapUsername".into(), USER.into());
-    v.context.insert("chapPassword".into(), SECRET.into());
-    n.node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
-        .await?;
+    n.node_stage_volume(with_secrets(&v, USER, SECRET)).await?;
     assert!(iscsi_session(&iqn), "logged in with CHAP");
+    // The secret rested on disk only during the login.
+    let show = Command::new("grep")
+        .args(["-rl", SECRET, "/etc/iscsi/nodes"])
+        .output()?;
+    assert!(
+        show.stdout.is_empty(),
+        "the node record keeps no secret: {}",
+        String::from_utf8_lossy(&show.stdout)
+    );
+    assert!(
+        !b.plugin.log().contains(SECRET),
+        "the plugin's log holds no secret"
+    );
     let line = mounted(&staging)?.ok_or("nothing mounted at staging")?;
     assert!(line.contains(" - ext4 "), "{line}");
     let data = pattern(13, 256 << 10);

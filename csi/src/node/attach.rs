@@ -269,6 +269,7 @@ mod tests {
             },
             iscsi: IscsiHost {
                 sys: sys.to_owned(),
+                nodes: sys.join("nodes"),
             },
             host: HostIdentity {
                 nqn: "nqn.host".into(),

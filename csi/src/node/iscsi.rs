@@ -7,6 +7,7 @@
 //! a target that vanished cannot hang the node.
 use super::command::{run, run_ok};
 use super::error::{Error, Kind, Result};
+use super::iscsi_secret::{set_secret, NODES_DIR};
 use crate::publish_context::Chap;
 use std::{
     fs,
@@ -61,7 +62,7 @@ pub fn iscsid_reachable() -> bool {
 }
 
 /// The error of a login iscsiadm ended with exit code `code`: a refused
-/// authentication names whether the publish context carried CHAP.
+/// authentication names whether the stage secrets carried CHAP.
 fn login_error(
     target: &Target,
     portal: &str,
@@ -72,10 +73,10 @@ fn login_error(
     if code == Some(AUTH_FAILED) {
         let why = match chap {
             Some(c) => format!(
-                "the target refused the CHAP credentials of user {:?} from the publish context",
+                "the target refused the CHAP credentials of user {:?} from the stage secrets",
                 c.username
             ),
-            None => "the target requires CHAP and the publish context carries none (chapUsername, chapPassword)".to_owned(),
+            None => "the target requires CHAP and the stage secrets carry none (chapUsername, chapPassword)".to_owned(),
         };
         return Error::new(
             Kind::PermissionDenied,
@@ -88,16 +89,22 @@ fn login_error(
     ))
 }
 
-/// The sysfs view of iSCSI sessions (normally `/sys`).
+/// The sysfs view of iSCSI sessions (normally `/sys`) and open-iscsi's
+/// node database.
 #[derive(Debug, Clone)]
 pub struct IscsiHost {
     /// The sysfs root.
     pub sys: PathBuf,
+    /// The node database (`/etc/iscsi/nodes`).
+    pub nodes: PathBuf,
 }
 
 impl Default for IscsiHost {
     fn default() -> Self {
-        Self { sys: "/sys".into() }
+        Self {
+            sys: "/sys".into(),
+            nodes: NODES_DIR.into(),
+        }
     }
 }
 
@@ -193,10 +200,11 @@ impl IscsiHost {
         }
         let mut settings = vec![("node.startup", "manual")];
         match chap {
+            // The user name is no secret; the secret never reaches a
+            // command line (see `iscsi_secret`).
             Some(c) => settings.extend([
                 ("node.session.auth.authmethod", "CHAP"),
                 ("node.session.auth.username", c.username.as_str()),
-                ("node.session.auth.password", c.password.as_str()),
             ]),
             None => settings.push(("node.session.auth.authmethod", "None")),
         }
@@ -207,11 +215,28 @@ impl IscsiHost {
                 ISCSIADM_LIMIT,
             )?;
         }
+        let secret = chap.map(|c| c.password.as_str());
+        set_secret(
+            &self.nodes,
+            &target.iqn,
+            target.address,
+            target.port,
+            secret,
+        )?;
         let out = run(
             "iscsiadm",
             &target.node_args(&portal, &["-l"]),
             ISCSIADM_LIMIT,
-        )?;
+        );
+        // iscsid holds the credentials of the session now: the secret
+        // leaves the disk whether the login worked or not.
+        if secret.is_some() {
+            if let Err(e) = set_secret(&self.nodes, &target.iqn, target.address, target.port, None)
+            {
+                tracing::warn!(error = %e, iqn = %target.iqn, "could not remove the CHAP secret from the node record");
+            }
+        }
+        let out = out?;
         if matches!(out.code, Some(0) | Some(SESSION_EXISTS)) {
             return Ok(());
         }
@@ -288,7 +313,10 @@ mod tests {
         let lun = "class/iscsi_session/session2/device/target3:0:0";
         fs::create_dir_all(r.join(format!("{lun}/3:0:0:0/block/sdb"))).unwrap();
         fs::create_dir_all(r.join(format!("{lun}/3:0:0:1/block/sdc"))).unwrap();
-        let h = IscsiHost { sys: r.to_owned() };
+        let h = IscsiHost {
+            sys: r.to_owned(),
+            nodes: r.join("nodes"),
+        };
         let t = Target {
             address: "127.0.0.1".parse().unwrap(),
             port: 3270,

@@ -2,7 +2,8 @@
 //! only when blank, mount it, publish it to pods, grow it, report on it.
 //!
 //! - [`initiator`]: the host NQN and initiator IQN (created when missing);
-//! - [`nvme`], [`iscsi`]: the two initiators; [`attach`] over both;
+//! - [`nvme`], [`iscsi`]: the two initiators ([`iscsi_secret`]: the CHAP
+//!   secret kept off iscsiadm's command line); [`attach`] over both;
 //! - [`format`]: the libblkid probe and mkfs of blank devices only;
 //! - [`mounts`]: mount(2), bind mounts and the mount table;
 //! - [`record`]: per-volume staging records, written atomically;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod format;
 pub mod initiator;
 pub mod iscsi;
+pub mod iscsi_secret;
 pub mod mounts;
 pub mod nvme;
 pub mod publish;

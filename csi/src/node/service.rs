@@ -5,7 +5,7 @@ use super::error::{Error, Result};
 use super::publish::PublishRequest;
 use super::stage::{Access, StageRequest};
 use super::{format::requested_fs_type, Node};
-use crate::publish_context::PublishContext;
+use crate::publish_context::{Chap, PublishContext};
 use crate::volume_context;
 use pillar_csi_proto::csi::v1::{
     self as pb, node_server, node_service_capability, volume_capability::AccessType,
@@ -97,8 +97,12 @@ impl node_server::Node for NodeService {
         let req = StageRequest {
             volume_id: volume_id.clone(),
             staging_path: PathBuf::from(staging),
-            context: PublishContext::from_map(&r.publish_context)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?,
+            context: PublishContext {
+                chap: Chap::from_secrets(&r.secrets)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?,
+                ..PublishContext::from_map(&r.publish_context)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?
+            },
             access: access_of(r.volume_capability.as_ref())?,
             existing_data: volume_context::existing_data(&r.volume_context),
         };
