@@ -252,6 +252,18 @@ impl Bench {
     }
 }
 
+/// Appends `line` to the lab's `node-measurements.txt` (the node tests'
+/// figures, kept in the work folder after the run).
+pub fn measured(lab: &Lab, line: &str) -> Result<()> {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(lab.work.join("node-measurements.txt"))?;
+    writeln!(f, "{line}")?;
+    Ok(())
+}
+
 /// Removes every nvmet subsystem, port and host and every LIO target and
 /// iblock storage object, in the kernel's order, as a reboot leaves them.
 pub fn empty_kernel_targets() -> Result<()> {

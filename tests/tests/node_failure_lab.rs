@@ -103,10 +103,7 @@ async fn node_export_removed_while_staged_is_abnormal_and_unstage_is_bounded() -
     assert!(took < UNSTAGE_BOUND, "Unstage took {took:?}");
     assert_eq!(mounted(&staging)?, None);
     assert!(controllers_of(&v.context["target"]).is_empty());
-    fs::write(
-        b.lab.work.join("node-measurements.txt"),
-        format!("unstage with the export gone: {took:?}\n"),
-    )?;
+    measured(&b.lab, &format!("unstage with the export gone: {took:?}"))?;
     b.agent
         .delete_volume(pb::DeleteVolumeRequest {
             volume_id: v.id.clone(),
@@ -169,12 +166,14 @@ async fn node_unstage_under_a_stalled_flush_keeps_the_connection_until_written()
         }
     }
     assert!(!connected(&v), "the connection ended once idle");
-    println!(
+    measured(
+        &b.lab,
+        &format!(
         "stalled flush: the first Unstage answered {:?} after {:.1} s; the retries succeeded {:.1} s after the backend resumed",
         e.code(),
         waited.as_secs_f64(),
         retried.elapsed().as_secs_f64()
-    );
+    ))?;
     let witness = b.path("witness");
     fs::create_dir_all(&witness)?;
     let (device, at) = (

@@ -172,13 +172,14 @@ async fn node_reboot_of_the_storage_side_under_a_writer_loses_no_write() -> Resu
         // mounts it once the export is gone.
         b.unexport(&v).await?;
         let lost = lost_records(&v.device, &b.path("witness"), &report.acknowledged)?;
-        println!(
+        let line = format!(
             "reboot under a writer ({name}): {} writes attempted, {} failed, {lost} lost of {} acknowledged; the target was gone {:.1} s",
             report.attempted,
             report.failed,
             report.acknowledged.len(),
             outage.as_secs_f64()
         );
+        measured(&b.lab, &line)?;
         assert_eq!(report.failed, 0, "{name}: no write failed: {report:?}");
         assert_eq!(lost, 0, "{name}: every acknowledged write reads back");
         b.delete(&v).await?;
