@@ -61,3 +61,65 @@ pub fn incoming(
     });
     ReceiverStream::new(rx)
 }
+
+#[cfg(test)]
+mod tests {
+    use pillar_csi_lab::tls::Ca;
+    use pillar_csi_proto::tls::{ServerTls, TlsError, TlsFiles};
+    use std::sync::Arc;
+
+    type R = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+    #[test]
+    fn a_changed_file_is_read_once_and_a_bad_change_keeps_the_previous_configuration() -> R {
+        let dir = tempfile::tempdir()?;
+        let ca = Ca::new(dir.path(), "ca")?;
+        let first = ca.server("agent", [127, 0, 0, 1].into())?;
+        let files = TlsFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+            ca: ca.pem.cert.clone(),
+        };
+        std::fs::copy(&first.cert, &files.cert)?;
+        std::fs::copy(&first.key, &files.key)?;
+        let tls = ServerTls::server(files.clone())?;
+        let (built, error) = tls.current();
+        assert!(error.is_none());
+        let (again, error) = tls.current();
+        assert!(
+            Arc::ptr_eq(&built, &again) && error.is_none(),
+            "unchanged: not rebuilt"
+        );
+
+        // A renewal half written: the new certificate, the old key.
+        let second = ca.server("agent-2", [127, 0, 0, 1].into())?;
+        std::fs::copy(&second.cert, &files.cert)?;
+        let (kept, error) = tls.current();
+        assert!(
+            Arc::ptr_eq(&built, &kept),
+            "the previous configuration stays"
+        );
+        assert!(matches!(error, Some(TlsError::Config { .. })), "{error:?}");
+        let (kept, error) = tls.current();
+        assert!(
+            Arc::ptr_eq(&built, &kept) && error.is_none(),
+            "reported once"
+        );
+
+        // A key file that is not PEM: named, its content not shown.
+        std::fs::write(&files.key, "secret-bytes-not-pem")?;
+        let (_, error) = tls.current();
+        let shown = error.ok_or("no error for a bad key")?.to_string();
+        assert!(
+            shown.contains("tls.key") && !shown.contains("secret-bytes"),
+            "{shown}"
+        );
+
+        // The renewal complete: rebuilt.
+        std::fs::copy(&second.key, &files.key)?;
+        let (renewed, error) = tls.current();
+        assert!(error.is_none(), "{error:?}");
+        assert!(!Arc::ptr_eq(&built, &renewed), "rebuilt from the new files");
+        Ok(())
+    }
+}
