@@ -144,6 +144,9 @@ pub struct NodePlugin {
     pub state_dir: PathBuf,
     log: PathBuf,
     process: Option<CsiProcess>,
+    /// Flags added to every start after this is set (e.g.
+    /// `--nvme-ctrl-loss-tmo 15`).
+    pub extra_args: Vec<OsString>,
 }
 
 impl NodePlugin {
@@ -161,6 +164,7 @@ impl NodePlugin {
             state_dir,
             log: lab.work.join(format!("{name}.node.log")),
             process: None,
+            extra_args: Vec::new(),
         };
         plugin.spawn(&[]).await?;
         Ok(plugin)
@@ -168,7 +172,7 @@ impl NodePlugin {
 
     /// Starts the process with extra environment `env`, waiting for ready.
     pub async fn spawn(&mut self, env: &[(&str, &str)]) -> Result<()> {
-        let args: Vec<OsString> = vec![
+        let mut args: Vec<OsString> = vec![
             "node".into(),
             "--node-name".into(),
             "lab-node".into(),
@@ -176,6 +180,7 @@ impl NodePlugin {
             "--state-dir".into(),
             self.state_dir.clone().into(),
         ];
+        args.extend(self.extra_args.iter().cloned());
         self.process = Some(CsiProcess::start(&args, &self.socket, &self.log, env).await?);
         Ok(())
     }

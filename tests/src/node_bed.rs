@@ -27,9 +27,10 @@ pub const ISCSI: i32 = pb::ProtocolType::Iscsi as i32;
 pub const ZVOL: i32 = pb::BackendType::ZfsZvol as i32;
 /// A thin LV, as the agent's enum.
 pub const LVM: i32 = pb::BackendType::Lvm as i32;
-/// How long Unstage of a volume whose export vanished may take: the
-/// plugin's unmount wait (10 s) plus disconnecting, with room for the
-/// lab's emulated CPU.
+/// How long Unstage of a volume whose export vanished may take, retries
+/// included: the host's reconnecting (the test's 15 s `ctrl_loss_tmo`), the
+/// plugin's unmount wait (10 s) and disconnecting, with room for the lab's
+/// emulated CPU.
 pub const UNSTAGE_BOUND: Duration = Duration::from_secs(60);
 
 /// A fence token.
