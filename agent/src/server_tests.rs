@@ -347,7 +347,7 @@ async fn a_server_certificate_renewed_in_place_is_served_without_a_restart() -> 
     let mut mounted = None;
     let s = served_as(Limits::default(), |ca, dir| {
         let short =
-            ca.short_lived_server("agent-short", LOOPBACK.into(), Duration::from_secs(4))?;
+            ca.short_lived_server("agent-short", LOOPBACK.into(), Duration::from_secs(8))?;
         let projected = Projected::new(&dir.join("mtls"), &short, &ca.pem.cert)?;
         let pem = projected.pem.clone();
         mounted = Some(projected);
@@ -355,7 +355,7 @@ async fn a_server_certificate_renewed_in_place_is_served_without_a_restart() -> 
     })
     .await?;
     let mut mounted = mounted.ok_or("the certificate was not mounted")?;
-    at("agent serving a server certificate valid for 4 s");
+    at("agent serving a server certificate valid for 8 s");
     let good = s.ca.client("controller")?;
     // Each call on a new connection: a handshake with the server's
     // certificate of that moment.

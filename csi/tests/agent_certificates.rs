@@ -118,7 +118,7 @@ async fn a_client_certificate_renewed_in_place_is_used_without_a_restart() -> R 
     );
 
     let relay = Relay::to(port).await?;
-    let short = ca.short_lived_client("pillar-csi-controller", Duration::from_secs(4))?;
+    let short = ca.short_lived_client("pillar-csi-controller", Duration::from_secs(8))?;
     let mut mounted = Projected::new(&dir.path().join("mtls"), &short, &ca.pem.cert)?;
     let agents = Agents::new(Some(&AgentTls {
         cert: mounted.pem.cert.clone(),
@@ -134,7 +134,7 @@ async fn a_client_certificate_renewed_in_place_is_used_without_a_restart() -> R 
             tls_server_name: None,
         },
     );
-    at("controller's client certificate valid for 4 s");
+    at("controller's client certificate valid for 8 s");
     let _ = until(
         &relay,
         &agents,
