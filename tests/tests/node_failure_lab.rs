@@ -225,3 +225,57 @@ async fn node_unstage_under_a_stalled_flush_keeps_the_connection_until_written()
     b.delete(&v).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn node_a_lost_volume_s_disk_name_taken_by_another_is_never_used_for_it() -> Result<()> {
+    let mut b = Bench::new("node-reuse").await?;
+    let mut n = b.plugin.node().await?;
+    let a = b.volume(ZVOL, NVME, 64 << 20).await?;
+    let staging_a = b.path("staging");
+    n.node_stage_volume(stage_req(&a, &staging_a, block_cap()))
+        .await?;
+    // A's controller is lost for good (as the kernel deletes it after
+    // ctrl_loss_tmo); the next volume's disk may get its name.
+    run("nvme", &["disconnect", "-n", &a.context["target"]])?;
+    let c = b.volume(ZVOL, NVME, 64 << 20).await?;
+    let staging_c = b.path("staging");
+    n.node_stage_volume(stage_req(&c, &staging_c, block_cap()))
+        .await?;
+    let stats = n
+        .node_get_volume_stats(csi_pb::NodeGetVolumeStatsRequest {
+            volume_id: a.csi_id.clone(),
+            volume_path: staging_a.display().to_string(),
+            staging_target_path: staging_a.display().to_string(),
+        })
+        .await?
+        .into_inner();
+    let condition = stats.volume_condition.ok_or("no condition")?;
+    assert!(
+        condition.abnormal,
+        "A is not reported healthy from C's disk: {condition:?}"
+    );
+    let target = b.path("target");
+    let e = n
+        .node_publish_volume(publish_req(&a, &staging_a, &target, block_cap(), false))
+        .await
+        .expect_err("A's pod never gets C's disk");
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+    assert_eq!(mounted(&target)?, None);
+    measured(
+        &b.lab,
+        &format!(
+            "a lost volume's disk name reused: A's Stats said {:?}; Publish of A: {}",
+            condition.message,
+            e.message()
+        ),
+    )?;
+    // Both Unstage: A's dead connection is forgotten, C's stays until its own.
+    n.node_unstage_volume(unstage_req(&a, &staging_a)).await?;
+    assert!(connected(&c), "C's connection is not A's to end");
+    n.node_unstage_volume(unstage_req(&c, &staging_c)).await?;
+    assert!(!connected(&c));
+    b.delete(&a).await?;
+    b.delete(&c).await?;
+    Ok(())
+}

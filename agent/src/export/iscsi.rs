@@ -1,4 +1,5 @@
 //! iSCSI exports through the kernel LIO target.
+use super::identity::StableIdentity;
 use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use lio::{
@@ -73,7 +74,21 @@ impl Exporter for LioExporter {
         record: &ExportRecord,
     ) -> Result<ExportInfo, AgentError> {
         let (iqn, object) = Self::names(volume)?;
-        let desired = desired_state(&iqn, object, device, self.listener, record)?;
+        let mut desired = desired_state(&iqn, object.clone(), device, self.listener, record)?;
+        // A storage object being made gets the volume's stable unit serial
+        // (the LUN's WWN derives from it); one that exists keeps its own:
+        // the kernel refuses the change while a LUN exports it.
+        let tree = self.target.tree();
+        let made = self
+            .target
+            .hbas()?
+            .iter()
+            .any(|n| tree.exists(&format!("core/iblock_{n}/{object}")));
+        if !made {
+            if let Some(so) = desired.storage_objects.get_mut(&object) {
+                so.unit_serial = Some(StableIdentity::of(iqn.as_str()).uuid);
+            }
+        }
         // Initiators that lose access hold no session when this returns: a
         // removed node ACL ends its sessions, and a target leaving demo mode
         // is removed (ending every session, dropping its cached dynamic

@@ -2,9 +2,11 @@
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use std::path::Path;
 
+mod identity;
 mod iscsi;
 mod nvmeof;
 
+pub use identity::StableIdentity;
 pub use iscsi::{LioExporter, IQN_PREFIX};
 pub use nvmeof::{NvmetExporter, NQN_PREFIX};
 

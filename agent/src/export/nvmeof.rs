@@ -1,4 +1,5 @@
 //! NVMe/TCP exports through the kernel nvmet target.
+use super::identity::StableIdentity;
 use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use nvmet::{
@@ -10,55 +11,6 @@ use tracing::info;
 /// The NQN prefix of every subsystem this agent makes.
 pub const NQN_PREFIX: &str = "nqn.2026-01.com.bhyoo.pillar-csi:";
 const NSID: u32 = 1;
-
-/// The identity a volume's subsystem and namespace show hosts, the same on
-/// every export of the volume: after a storage node's reboot (configfs
-/// emptied) the agent makes the export again with it, and a host that
-/// reconnects finds the namespace it had (the kernel's own values are
-/// random per creation, and a host drops a namespace whose identifiers
-/// changed). Derived from the subsystem NQN, which names the volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StableIdentity {
-    /// The namespace's `device_uuid` (RFC 9562 layout, version 8).
-    pub uuid: String,
-    /// The namespace's `device_nguid`.
-    pub nguid: String,
-    /// The subsystem's `attr_serial` (20 hexadecimal digits).
-    pub serial: String,
-}
-
-impl StableIdentity {
-    /// The identity of subsystem `nqn`.
-    pub fn of(nqn: &Nqn) -> Self {
-        let digest = |what: &str| {
-            let text = format!("pillar-csi nvmet {what} {nqn}");
-            let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
-            let mut bytes = [0u8; 16];
-            bytes.copy_from_slice(&d.as_ref()[..16]);
-            bytes
-        };
-        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-        let dashed = |b: [u8; 16]| {
-            let h = hex(&b);
-            format!(
-                "{}-{}-{}-{}-{}",
-                &h[..8],
-                &h[8..12],
-                &h[12..16],
-                &h[16..20],
-                &h[20..]
-            )
-        };
-        let mut uuid = digest("namespace-uuid");
-        uuid[6] = (uuid[6] & 0x0f) | 0x80;
-        uuid[8] = (uuid[8] & 0x3f) | 0x80;
-        Self {
-            uuid: dashed(uuid),
-            nguid: dashed(digest("namespace-nguid")),
-            serial: hex(&digest("serial")[..10]),
-        }
-    }
-}
 
 /// NVMe/TCP exports through the kernel nvmet target: one subsystem per
 /// volume (namespace 1), all linked to one port.
@@ -234,7 +186,7 @@ impl Exporter for NvmetExporter {
         // exists keeps what it shows (an export made before this identity
         // existed keeps its kernel-chosen one until the objects are made
         // again: changing a live namespace's identity drops it on hosts).
-        let identity = StableIdentity::of(&nqn);
+        let identity = StableIdentity::of(nqn.as_str());
         let sub_dir = format!("subsystems/{nqn}");
         let tree = self.target.tree();
         let ns_made = tree.exists(&format!("{sub_dir}/namespaces/{NSID}"));
@@ -320,21 +272,6 @@ impl Exporter for NvmetExporter {
 mod tests {
     use super::*;
     use std::fs;
-
-    #[test]
-    fn a_volume_s_identity_is_the_same_on_every_export_and_its_own() {
-        let nqn = |v: &str| Nqn::new(&format!("{NQN_PREFIX}{v}")).unwrap();
-        let a = StableIdentity::of(&nqn("tank.pvc-a"));
-        assert_eq!(a, StableIdentity::of(&nqn("tank.pvc-a")));
-        let b = StableIdentity::of(&nqn("tank.pvc-b"));
-        assert!(a.uuid != b.uuid && a.nguid != b.nguid && a.serial != b.serial);
-        assert_ne!(a.uuid, a.nguid);
-        assert_eq!(a.uuid.len(), 36);
-        assert_eq!(&a.uuid[14..15], "8", "version 8: {}", a.uuid);
-        assert!("89ab".contains(&a.uuid[19..20]), "variant: {}", a.uuid);
-        assert_eq!(a.serial.len(), 20);
-        assert!(a.serial.bytes().all(|c| c.is_ascii_hexdigit()));
-    }
 
     #[test]
     fn hosts_no_subsystem_allows_any_more_are_removed() {

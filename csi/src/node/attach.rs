@@ -175,6 +175,40 @@ impl Attacher {
         }
     }
 
+    /// The identity the kernel shows for the disk of `device` (its sysfs
+    /// `wwid`: NVMe namespaces have it on the disk, SCSI devices on the
+    /// device), if any.
+    pub fn identity(&self, device: &Path) -> Option<String> {
+        let disk = device.file_name()?.to_string_lossy().into_owned();
+        let dir = self.nvme.sys.join("class/block").join(disk);
+        [dir.join("wwid"), dir.join("device/wwid")]
+            .iter()
+            .find_map(|f| fs::read_to_string(f).ok())
+            .map(|w| w.trim().to_owned())
+            .filter(|w| !w.is_empty())
+    }
+
+    /// The device of staged volume `r`, once its disk shows the identity
+    /// Stage recorded: after a lost connection the kernel gives the disk's
+    /// name to the next disk that comes, another volume's.
+    pub fn verified_device(&self, r: &StagingRecord) -> Result<PathBuf> {
+        let device = r.device.clone().ok_or_else(|| {
+            Error::internal(format!("staging record of {} has no device", r.volume_id))
+        })?;
+        let Some(want) = &r.device_id else {
+            return Ok(device);
+        };
+        match self.identity(&device) {
+            Some(have) if have == *want => Ok(device),
+            have => Err(Error::precondition(format!(
+                "{} is no longer the disk of volume {}: it shows identity {}, Stage recorded {want} (the volume's connection was lost and its disk name reused); NodeUnstageVolume and NodeStageVolume it again",
+                device.display(),
+                r.volume_id,
+                have.as_deref().unwrap_or("none")
+            ))),
+        }
+    }
+
     /// Why the transport of `r` can carry no more I/O (the device or its
     /// disk gone, every controller or SCSI device of it dead, deleted or
     /// offline), `None` while it can or may again: a live, resetting or
@@ -185,6 +219,9 @@ impl Attacher {
         let Some(device) = &r.device else {
             return Some("the volume's device was never attached".into());
         };
+        if let Err(e) = self.verified_device(r) {
+            return Some(e.message);
+        }
         let states = match self.disk_states(device) {
             Ok(states) => states,
             Err(why) => return Some(why),
@@ -291,6 +328,7 @@ mod tests {
             fs_type: None,
             mount_flags: vec![],
             device: Some(device.to_owned()),
+            device_id: None,
             phase: Phase::Staged,
         }
     }
@@ -324,5 +362,69 @@ mod tests {
         assert_eq!(a.abnormal(&r), None);
         fs::remove_file(&dev).unwrap();
         assert!(a.abnormal(&r).unwrap().contains("is gone"));
+    }
+
+    #[test]
+    fn only_a_transport_that_cannot_come_back_is_dead() {
+        let root = tempfile::tempdir().unwrap();
+        let sys = root.path().join("sys");
+        let dev = root.path().join("nvme1n1");
+        fs::write(&dev, b"").unwrap();
+        let a = attacher(&sys);
+        let r = record(&dev);
+        let ctrl = sys.join("class/block/nvme1n1/device");
+        fs::create_dir_all(&ctrl).unwrap();
+        for (state, dead) in [
+            ("live", false),
+            ("resetting", false),
+            ("connecting", false),
+            ("deleting", true),
+            ("dead", true),
+        ] {
+            fs::write(ctrl.join("state"), format!("{state}\n")).unwrap();
+            assert_eq!(a.transport_dead(&r).is_some(), dead, "{state}");
+        }
+        // A SCSI device in error recovery may come back; offline may not.
+        for (state, dead) in [
+            ("running", false),
+            ("blocked", false),
+            ("transport-offline", true),
+        ] {
+            fs::write(ctrl.join("state"), format!("{state}\n")).unwrap();
+            assert_eq!(a.transport_dead(&r).is_some(), dead, "{state}");
+        }
+        fs::remove_file(&dev).unwrap();
+        assert!(a.transport_dead(&r).unwrap().contains("is gone"));
+    }
+
+    #[test]
+    fn a_disk_that_shows_another_identity_is_not_the_volume_s() {
+        let root = tempfile::tempdir().unwrap();
+        let sys = root.path().join("sys");
+        let a = attacher(&sys);
+        let dev = root.path().join("nvme1n1");
+        let block = sys.join("class/block/nvme1n1");
+        fs::create_dir_all(&block).unwrap();
+        fs::write(block.join("wwid"), "uuid.aaaa\n").unwrap();
+        assert_eq!(a.identity(&dev).as_deref(), Some("uuid.aaaa"));
+        let mut r = record(&dev);
+        assert_eq!(a.verified_device(&r).unwrap(), dev, "no identity recorded");
+        r.device_id = Some("uuid.aaaa".into());
+        assert_eq!(a.verified_device(&r).unwrap(), dev);
+        fs::write(block.join("wwid"), "uuid.cccc\n").unwrap();
+        let e = a.verified_device(&r).expect_err("another volume's disk");
+        assert_eq!(e.kind, Kind::FailedPrecondition);
+        assert!(
+            e.message.contains("uuid.cccc") && e.message.contains("uuid.aaaa"),
+            "{e}"
+        );
+        // A SCSI disk shows it on its device.
+        let sd = sys.join("class/block/sdb/device");
+        fs::create_dir_all(&sd).unwrap();
+        fs::write(sd.join("wwid"), "naa.6001405abc\n").unwrap();
+        assert_eq!(
+            a.identity(&root.path().join("sdb")).as_deref(),
+            Some("naa.6001405abc")
+        );
     }
 }

@@ -356,7 +356,7 @@ mod tests {
         assert!(
             missing
                 .message
-                .contains("carries none (chapUsername, chapPassword)"),
+                .contains("the stage secrets carry none (chapUsername, chapPassword)"),
             "{missing}"
         );
         let other = login_error(&t, "127.0.0.1:3270", None, Some(8), "timed out");

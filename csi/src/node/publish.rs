@@ -63,9 +63,7 @@ impl Node {
                 )));
             }
             check_staging_mount(&record)?;
-            let device = record.device.clone().ok_or_else(|| {
-                Error::internal(format!("staging record of {} has no device", req.volume_id))
-            })?;
+            let device = self.attacher.verified_device(&record)?;
             // What a bind mount of ours looks like in the mount table: the
             // staged filesystem's root, or the device node inside devtmpfs.
             let (source, expect_dev, expect_root) = if req.block {

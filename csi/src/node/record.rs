@@ -48,6 +48,13 @@ pub struct StagingRecord {
     pub mount_flags: Vec<String>,
     /// The device node, once known (`/dev/nvme0n1`).
     pub device: Option<PathBuf>,
+    /// The disk's identity when Stage found it (its sysfs `wwid`: an NVMe
+    /// namespace's UUID, NGUID or EUI, a SCSI LUN's NAA or T10 name), checked
+    /// before every later use of `device`: the kernel gives a lost disk's
+    /// name to the next disk that comes. `None` in records written before
+    /// it was kept, or for a disk that shows none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_id: Option<String>,
     /// How far Stage got.
     pub phase: Phase,
 }
@@ -162,6 +169,7 @@ mod tests {
             fs_type: Some("ext4".into()),
             mount_flags: vec![],
             device: None,
+            device_id: None,
             phase: Phase::Attaching,
         }
     }

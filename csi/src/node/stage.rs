@@ -77,6 +77,7 @@ impl StageRequest {
             fs_type,
             mount_flags,
             device: None,
+            device_id: None,
             phase: Phase::Attaching,
         }
     }
@@ -87,6 +88,7 @@ impl StageRequest {
 fn same_request(have: &StagingRecord, want: &StagingRecord) -> bool {
     let strip = |r: &StagingRecord| StagingRecord {
         device: None,
+        device_id: None,
         phase: Phase::Attaching,
         ..r.clone()
     };
@@ -155,8 +157,13 @@ impl Node {
         record: &mut StagingRecord,
         device: &Path,
     ) -> Result<()> {
-        if record.device.as_deref() != Some(device) || record.phase == Phase::Attaching {
+        let device_id = self.attacher.identity(device);
+        if record.device.as_deref() != Some(device)
+            || record.device_id != device_id
+            || record.phase == Phase::Attaching
+        {
             record.device = Some(device.to_owned());
+            record.device_id = device_id;
             record.phase = record.phase.max_attached();
             self.records.save(record)?;
         }

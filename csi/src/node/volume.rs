@@ -6,7 +6,7 @@ use super::record::{Phase, StagingRecord};
 use super::stage::devnum;
 use super::Node;
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 use sys::block::Host;
@@ -37,18 +37,14 @@ pub struct Stats {
     pub abnormal: Option<String>,
 }
 
-fn device_of(r: &StagingRecord) -> Result<PathBuf> {
-    r.device
-        .clone()
-        .ok_or_else(|| Error::internal(format!("staging record of {} has no device", r.volume_id)))
-}
-
 /// Why `path` does not hold the filesystem of staged volume `r` (its
 /// device's), `None` when it does: the staging mount lost (unmounted by
 /// hand, an Unstage that failed half-way) leaves an empty folder on the
 /// node's own disk, which no pod may write into and no resize may grow.
 pub(super) fn not_holding(r: &StagingRecord, path: &Path) -> Result<Option<String>> {
-    let device = device_of(r)?;
+    let device = r.device.clone().ok_or_else(|| {
+        Error::internal(format!("staging record of {} has no device", r.volume_id))
+    })?;
     let dev = devnum(&device)?;
     Ok(match mount_at(path)? {
         Some(m) if m.devnum == dev => None,
@@ -109,8 +105,8 @@ impl Node {
     pub fn expand(&self, volume_id: &str, required_bytes: u64) -> Result<u64> {
         self.volume_locks.with(volume_id, || {
             let record = self.staged(volume_id)?;
+            let device = self.attacher.verified_device(&record)?;
             check_staging_mount(&record)?;
-            let device = device_of(&record)?;
             let disk = device
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -156,10 +152,13 @@ impl Node {
                 format!("{} does not exist", volume_path.display()),
             ));
         }
-        let abnormal = match self.attacher.abnormal(&record) {
-            Some(why) => Some(why),
-            None if record.fs_type.is_some() => not_holding(&record, volume_path)?,
-            None => None,
+        let abnormal = match self.attacher.verified_device(&record) {
+            Err(e) => Some(e.message),
+            Ok(_) => match self.attacher.abnormal(&record) {
+                Some(why) => Some(why),
+                None if record.fs_type.is_some() => not_holding(&record, volume_path)?,
+                None => None,
+            },
         };
         if abnormal.is_some() {
             return Ok(Stats {
@@ -169,7 +168,7 @@ impl Node {
         }
         let usage = match &record.fs_type {
             None => {
-                let size = size_of(&device_of(&record)?)?;
+                let size = size_of(&self.attacher.verified_device(&record)?)?;
                 Usage {
                     bytes: (size, 0, size),
                     inodes: None,
