@@ -124,6 +124,7 @@ async fn the_chart_crds_serve_every_kind_on_a_real_api_server() -> Result {
             filesystem: Some(Filesystem {
                 fs_type: FsType::Xfs,
             }),
+            allowed_claim_zfs_properties: vec!["compression".into()],
         },
     );
     assert_eq!(classes.create(&pp, &class).await?.spec, class.spec);

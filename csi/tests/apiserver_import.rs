@@ -260,6 +260,8 @@ async fn every_controller_side_refusal_is_the_claim_s_event_and_writes_nothing()
         row(&[(FS, "fsType: btrfs")], "hot", format!("{FS}: fsType must be \"ext4\" or \"xfs\", got \"btrfs\"")),
         row(&[(BACKEND, "zfs: {parentDataset: other}")], "hot", format!("{BACKEND}: zfs.parentDataset is structural and cannot be set per volume")),
         row(&[(BACKEND, "lvm: {provisioningMode: linear}")], "hot", format!("{BACKEND}: the claim sets lvm but the PillarStore \"storage-1-hot\" has a zfs backend")),
+        // #40 hole 7: a claim sets only the ZFS properties its class lists.
+        row(&[(BACKEND, "zfs: {properties: {compression: lz4, dedup: on}}")], "hot", format!("{BACKEND}: ZFS property \"dedup\" may not be set by a claim of PillarStorageClass \"hot\" (allowed: \"compression\", \"volblocksize\"; the class's allowedClaimZfsProperties lists what claims may set)")),
     ];
     let records = states(&bed).await?.len();
     let held = reservations(&bed).await?.len();

@@ -212,6 +212,7 @@ pub async fn apply_objects(admin: &kube::Client, prefix: &str, layout: &Layout) 
                     FsType::Ext4
                 },
             }),
+            allowed_claim_zfs_properties: Vec::new(),
         };
         apply(admin, &c.name, &PillarStorageClass::new(&c.name, spec)).await?;
     }

@@ -262,6 +262,14 @@ pub struct PillarStorageClassSpec {
     /// absent; a PVC's `pillar-csi.bhyoo.com/filesystem` annotation overrides it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filesystem: Option<Filesystem>,
+    /// The ZFS properties a claim of this class may set in its
+    /// `pillar-csi.bhyoo.com/backend` annotation (`zfs: {properties: ...}`),
+    /// e.g. `[compression, volblocksize]`. Empty (the default): claims set
+    /// none. Names are compared exactly, so an alias (`compress`) or a user
+    /// property (`module:prop`) must be listed by that name; a claim setting
+    /// any other property is refused before anything is created.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_claim_zfs_properties: Vec<String>,
 }
 
 /// The generated StorageClass's name and policies.

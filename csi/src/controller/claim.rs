@@ -58,7 +58,13 @@ pub fn wants(
     };
     let backend = match annotations.get(settings::BACKEND_ANNOTATION) {
         None => BackendSettings::default(),
-        Some(value) => settings::parse_backend(value, &store, &place.store.spec.backend)?,
+        Some(value) => settings::parse_backend(
+            value,
+            &store,
+            &place.store.spec.backend,
+            &place.class.name_any(),
+            &place.class.spec.allowed_claim_zfs_properties,
+        )?,
     };
     Ok(Wants {
         import,

@@ -12,7 +12,11 @@
 //!   `PillarStore.spec.backend`; the structural fields (`pool`,
 //!   `parentDataset`, `volumeGroup`, `thinPool`) cannot be set per volume.
 //!   It reaches the agent's CreateVolume of a new volume and is not applied
-//!   to an import (import never changes the volume).
+//!   to an import (import never changes the volume). A claim sets only the
+//!   ZFS properties its PillarStorageClass lists in
+//!   `allowedClaimZfsProperties` (none by default): `dedup`, `sync`,
+//!   `copies` or `keylocation` change the pool's memory, durability, space
+//!   or keys, which is the storage admin's call, not the claim author's.
 //!
 //! Both are read once, at CreateVolume; a refusal names the annotation and
 //! what is wrong, and happens before anything is written.
@@ -123,9 +127,38 @@ impl BackendSettings {
     }
 }
 
+/// The refusal of a ZFS property `name` that the PillarStorageClass `class`
+/// does not list in `allowed`.
+fn not_allowed(class: &str, allowed: &[String], name: &str) -> Error {
+    let listed = if allowed.is_empty() {
+        "none".to_owned()
+    } else {
+        allowed
+            .iter()
+            .map(|p| format!("{p:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    refuse(
+        BACKEND_ANNOTATION,
+        format!(
+            "ZFS property {name:?} may not be set by a claim of PillarStorageClass {class:?} \
+             (allowed: {listed}; the class's allowedClaimZfsProperties lists what claims may set)"
+        ),
+    )
+}
+
 /// Parses a `backend` annotation against the store `store` (its backend
-/// must be the member the claim sets).
-pub fn parse_backend(value: &str, store: &str, backend: &StoreBackend) -> Result<BackendSettings> {
+/// must be the member the claim sets) for a claim of the PillarStorageClass
+/// `class`, which lets claims set the ZFS properties in `allowed` and no
+/// others.
+pub fn parse_backend(
+    value: &str,
+    store: &str,
+    backend: &StoreBackend,
+    class: &str,
+    allowed: &[String],
+) -> Result<BackendSettings> {
     let a = BACKEND_ANNOTATION;
     let doc = document(a, value)?;
     let has = if backend.zfs.is_some() { "zfs" } else { "lvm" };
@@ -167,6 +200,9 @@ pub fn parse_backend(value: &str, store: &str, backend: &StoreBackend) -> Result
                     };
                     for (k, v) in props {
                         let name = key(a, "zfs.properties", k)?;
+                        if !allowed.contains(&name) {
+                            return Err(not_allowed(class, allowed, &name));
+                        }
                         let value = scalar(v).ok_or_else(|| {
                             refuse(
                                 a,
@@ -233,6 +269,13 @@ mod tests {
         }
     }
 
+    /// [`parse_backend`] for a claim of the class `fast`, which lets claims
+    /// set `compression` and `volblocksize`.
+    fn parse(value: &str, store: &str, backend: &StoreBackend) -> Result<BackendSettings> {
+        let allowed = ["compression".to_owned(), "volblocksize".to_owned()];
+        parse_backend(value, store, backend, "fast", &allowed)
+    }
+
     fn err<T: std::fmt::Debug>(r: Result<T>) -> String {
         r.unwrap_err().to_string()
     }
@@ -265,7 +308,7 @@ mod tests {
 
     #[test]
     fn the_backend_document_sets_only_tunable_fields_of_the_store_s_member() {
-        let s = parse_backend(
+        let s = parse(
             "zfs:\n  properties:\n    compression: zstd\n    volblocksize: 8192\n",
             "hot",
             &zfs(),
@@ -290,34 +333,73 @@ mod tests {
         );
 
         assert_eq!(
-            err(parse_backend("zfs: {pool: other}", "hot", &zfs())),
+            err(parse("zfs: {pool: other}", "hot", &zfs())),
             "pillar-csi.bhyoo.com/backend: zfs.pool is structural and cannot be set per volume"
         );
         assert_eq!(
-            err(parse_backend("lvm: {thinPool: t}", "vg", &lvm(true))),
+            err(parse("lvm: {thinPool: t}", "vg", &lvm(true))),
             "pillar-csi.bhyoo.com/backend: lvm.thinPool is structural and cannot be set per volume"
         );
         assert_eq!(
-            err(parse_backend("lvm: {provisioningMode: thin}", "hot", &zfs())),
+            err(parse("lvm: {provisioningMode: thin}", "hot", &zfs())),
             "pillar-csi.bhyoo.com/backend: the claim sets lvm but the PillarStore \"hot\" has a zfs backend"
         );
         assert_eq!(
-            err(parse_backend("zfs: {propertys: {a: b}}", "hot", &zfs())),
+            err(parse("zfs: {propertys: {a: b}}", "hot", &zfs())),
             "pillar-csi.bhyoo.com/backend: unknown field zfs.propertys"
         );
-        assert!(err(parse_backend(
-            "lvm: {provisioningMode: thin}",
-            "vg",
-            &lvm(false)
-        ))
-        .contains("needs a thinPool"));
-        let linear = parse_backend("lvm: {provisioningMode: linear}", "vg", &lvm(true)).unwrap();
+        assert!(
+            err(parse("lvm: {provisioningMode: thin}", "vg", &lvm(false)))
+                .contains("needs a thinPool")
+        );
+        let linear = parse("lvm: {provisioningMode: linear}", "vg", &lvm(true)).unwrap();
         let mut r = agent::CreateVolumeRequest::default();
         linear.apply(&lvm(true), &mut r);
         assert_eq!(r.lvm_provisioning, agent::LvmProvisioning::Linear as i32);
         let mut r = agent::CreateVolumeRequest::default();
         BackendSettings::default().apply(&lvm(true), &mut r);
         assert_eq!(r.lvm_provisioning, agent::LvmProvisioning::Thin as i32);
-        assert!(err(parse_backend("{zfs: {}, lvm: {}}", "hot", &zfs())).contains("exactly one"));
+        assert!(err(parse("{zfs: {}, lvm: {}}", "hot", &zfs())).contains("exactly one"));
+    }
+
+    #[test]
+    fn a_claim_sets_only_the_zfs_properties_its_class_allows() {
+        for (property, value) in [
+            ("dedup", "on"),
+            ("sync", "disabled"),
+            ("copies", "3"),
+            ("keylocation", "file:///etc/passwd"),
+            ("compress", "lz4"),
+        ] {
+            let doc = format!("zfs: {{properties: {{compression: lz4, {property}: {value}}}}}");
+            assert_eq!(
+                err(parse(&doc, "hot", &zfs())),
+                format!(
+                    "pillar-csi.bhyoo.com/backend: ZFS property {property:?} may not be set by a claim of PillarStorageClass \"fast\" (allowed: \"compression\", \"volblocksize\"; the class's allowedClaimZfsProperties lists what claims may set)"
+                )
+            );
+        }
+        // A class that lists nothing (the default) lets a claim set none.
+        assert_eq!(
+            err(parse_backend("zfs: {properties: {compression: lz4}}", "hot", &zfs(), "plain", &[])),
+            "pillar-csi.bhyoo.com/backend: ZFS property \"compression\" may not be set by a claim of PillarStorageClass \"plain\" (allowed: none; the class's allowedClaimZfsProperties lists what claims may set)"
+        );
+        // ... and an empty property mapping, or LVM settings, stay allowed.
+        assert_eq!(
+            parse_backend("zfs: {properties: {}}", "hot", &zfs(), "plain", &[]).unwrap(),
+            BackendSettings::default()
+        );
+        assert_eq!(
+            parse_backend(
+                "lvm: {provisioningMode: linear}",
+                "vg",
+                &lvm(true),
+                "plain",
+                &[]
+            )
+            .unwrap()
+            .lvm_thin,
+            Some(false)
+        );
     }
 }

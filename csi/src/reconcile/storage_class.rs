@@ -273,6 +273,7 @@ mod tests {
                 filesystem: Some(Filesystem {
                     fs_type: FsType::Xfs,
                 }),
+                allowed_claim_zfs_properties: Vec::new(),
             },
         );
         c.metadata.uid = Some("u-1".into());

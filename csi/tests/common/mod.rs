@@ -125,8 +125,9 @@ delegate! {
 
 /// An API server with the CRDs, the simulated agent `storage-1`, and two
 /// classes: `hot` (store `storage-1-hot`: pool tank, parentDataset k8s;
-/// xfs) and `lvm` (store `storage-1-lvm`: volume group data-vg, linear;
-/// ext4), both NVMe/TCP with ACLs.
+/// xfs; claims may set the ZFS properties compression and volblocksize)
+/// and `lvm` (store `storage-1-lvm`: volume group data-vg, linear; ext4),
+/// both NVMe/TCP with ACLs.
 pub struct Bed {
     /// The API server.
     pub server: ApiServer,
@@ -171,7 +172,14 @@ pub async fn bed() -> Result<Bed> {
         &client,
         &[zfs_store(), lvm_store()],
         &[
-            class("hot", "storage-1-hot", "pillar-hot", Some(FsType::Xfs)),
+            {
+                // Claims of `hot` may tune these two properties (and no
+                // others) with the backend annotation.
+                let mut hot = class("hot", "storage-1-hot", "pillar-hot", Some(FsType::Xfs));
+                hot.spec.allowed_claim_zfs_properties =
+                    vec!["compression".into(), "volblocksize".into()];
+                hot
+            },
             class("lvm", "storage-1-lvm", "pillar-lvm", Some(FsType::Ext4)),
         ],
     )

@@ -206,6 +206,7 @@ pub fn class(
                 allow_volume_expansion: None,
             },
             filesystem: fs.map(|fs_type| Filesystem { fs_type }),
+            allowed_claim_zfs_properties: Vec::new(),
         },
     )
 }
