@@ -43,7 +43,7 @@ fn record_file(nodes: &Path, iqn: &str, address: IpAddr, port: u16) -> Result<Pa
         let entry = entry.map_err(|e| Error::io(dir.display(), e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
-        if names.iter().any(|n| *n == name) && path.is_file() {
+        if names.contains(&name) && path.is_file() {
             return Ok(path);
         }
         if names.iter().any(|n| name.starts_with(&format!("{n},"))) && path.is_dir() {
