@@ -32,7 +32,7 @@ pub struct NodeArgs {
 
 /// Serves the Identity and Node services until SIGTERM or SIGINT.
 pub fn run(args: NodeArgs) -> Result<(), String> {
-    use csi::node::{Fault, Node, NodeConfig};
+    use csi::node::{Node, NodeConfig};
     let mut config = NodeConfig::new(&args.node_name);
     config.state_dir = args.state_dir;
     config.iscsi = args.iscsi;
@@ -41,10 +41,14 @@ pub fn run(args: NodeArgs) -> Result<(), String> {
         reconnect_delay: args.nvme_reconnect_delay,
         fast_io_fail_tmo: args.nvme_fast_io_fail_tmo,
     };
-    // Tests only: stop NodeStageVolume at a chosen point (see `Fault`).
-    config.fault = std::env::var("PILLAR_CSI_NODE_FAULT")
-        .ok()
-        .and_then(|v| Fault::parse(&v));
+    // Tests only, in the crash-points build: stop NodeStageVolume at a
+    // chosen point (see `Fault`).
+    #[cfg(feature = "crash-points")]
+    {
+        config.fault = std::env::var("PILLAR_CSI_NODE_FAULT")
+            .ok()
+            .and_then(|v| csi::node::Fault::parse(&v));
+    }
     let socket = csi::endpoint::socket_path(&args.endpoint).map_err(|e| e.to_string())?;
     let node = std::sync::Arc::new(Node::new(config).map_err(|e| e.to_string())?);
     let runtime = tokio::runtime::Builder::new_multi_thread()

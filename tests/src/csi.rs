@@ -3,7 +3,10 @@
 //!
 //! [`CsiProcess`] is the one "start a subcommand on a socket and dial it"
 //! loop; [`NodePlugin`] is `pillar-csi node` on it, as the lab tests use it.
-use crate::{agent::binary, Lab, Result};
+use crate::{
+    agent::{binary, crash_points_binary},
+    Lab, Result,
+};
 use pillar_csi_proto::csi::v1::{
     identity_client::IdentityClient, node_client::NodeClient, ProbeRequest,
 };
@@ -55,7 +58,13 @@ impl CsiProcess {
         env: &[(&str, &str)],
     ) -> Result<Self> {
         let out = fs::OpenOptions::new().create(true).append(true).open(log)?;
-        let child = Command::new(binary()?)
+        // The node's test faults exist only in the crash-points build.
+        let program = if env.iter().any(|(k, _)| *k == "PILLAR_CSI_NODE_FAULT") {
+            crash_points_binary()?
+        } else {
+            binary()?
+        };
+        let child = Command::new(program)
             .args(args)
             .arg("--endpoint")
             .arg(format!("unix://{}", socket.display()))
