@@ -56,12 +56,15 @@ pub fn mount_table() -> Result<Vec<MountEntry>> {
 }
 
 /// The topmost mount at `path` (the last one listed wins, as the kernel
-/// resolves stacked mounts), if any.
+/// resolves stacked mounts), if any. The path is resolved first (symbolic
+/// links, `.`/`..`, a trailing `/`), as the kernel lists mount points; a
+/// path that does not resolve is compared as given.
 pub fn mount_at(path: &Path) -> Result<Option<MountEntry>> {
+    let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
     Ok(mount_table()?
         .into_iter()
         .rev()
-        .find(|m| m.mount_point == path))
+        .find(|m| m.mount_point == resolved))
 }
 
 /// Mount options split into mount(2) flags and the filesystem's data string.
@@ -163,6 +166,29 @@ pub fn unmount_path(target: &Path, lazy: bool) -> Result<()> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mount_is_found_by_any_spelling_of_its_path() {
+        // /proc is a mount point wherever these tests run.
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("proc-link");
+        std::os::unix::fs::symlink("/proc", &link).unwrap();
+        for spelling in [
+            Path::new("/proc"),
+            Path::new("/proc/"),
+            Path::new("/proc/self/.."),
+            &link,
+        ] {
+            let m = mount_at(spelling).unwrap();
+            assert_eq!(
+                m.map(|m| m.fs_type).as_deref(),
+                Some("proc"),
+                "{}",
+                spelling.display()
+            );
+        }
+        assert_eq!(mount_at(dir.path()).unwrap(), None);
+    }
 
     const TABLE: &str = "\
 22 1 259:0 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
