@@ -169,13 +169,34 @@ async fn node_calls_are_idempotent_and_conflicts_already_exist() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the kernel lab"]
-async fn node_never_publishes_stats_or_grows_a_lost_staging_mount() -> Result<()> {
+async fn node_never_publishes_stats_or_grows_a_lost_staging_mount_and_reports_a_read_only_one(
+) -> Result<()> {
     let mut b = Bench::new("node-lost-mount").await?;
     let mut n = b.plugin.node().await?;
     let v = b.volume(ZVOL, NVME, 64 << 20).await?;
     let staging = b.path("staging");
     n.node_stage_volume(stage_req(&v, &staging, mount_cap("ext4")))
         .await?;
+    let stats_req = pillar_csi_lab::csi::csi_pb::NodeGetVolumeStatsRequest {
+        volume_id: v.csi_id.clone(),
+        volume_path: staging.display().to_string(),
+        staging_target_path: staging.display().to_string(),
+    };
+    // The filesystem turns read-only (as ext4 does after an I/O or journal
+    // error): the volume is abnormal, though its transport is live.
+    run(
+        "mount",
+        &["-o", "remount,ro", &staging.display().to_string()],
+    )?;
+    let stats = n
+        .node_get_volume_stats(stats_req.clone())
+        .await?
+        .into_inner();
+    let condition = stats.volume_condition.ok_or("no volume condition")?;
+    assert!(
+        condition.abnormal && condition.message.contains("read-only"),
+        "{condition:?}"
+    );
     // The staging mount goes behind the plugin's back: the record still
     // says Staged, the folder is empty, on the node's own disk.
     run("umount", &[&staging.display().to_string()])?;
@@ -187,14 +208,7 @@ async fn node_never_publishes_stats_or_grows_a_lost_staging_mount() -> Result<()
     assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
     assert!(e.message().contains("nothing is mounted at"), "{e}");
     assert_eq!(mounted(&target)?, None, "nothing bound at the target");
-    let stats = n
-        .node_get_volume_stats(pillar_csi_lab::csi::csi_pb::NodeGetVolumeStatsRequest {
-            volume_id: v.csi_id.clone(),
-            volume_path: staging.display().to_string(),
-            staging_target_path: staging.display().to_string(),
-        })
-        .await?
-        .into_inner();
+    let stats = n.node_get_volume_stats(stats_req).await?.into_inner();
     let condition = stats.volume_condition.ok_or("no volume condition")?;
     assert!(condition.abnormal, "{condition:?}");
     assert!(stats.usage.is_empty(), "no usage of the wrong filesystem");

@@ -107,7 +107,9 @@ impl Fault {
     }
 }
 
-/// Named locks, one per key, made on first use.
+/// Named locks, one per key, made on first use and dropped when the last
+/// caller of a key is done (a node that stages thousands of volumes over
+/// its life keeps no entry per volume).
 #[derive(Debug, Default)]
 struct Locks {
     map: Mutex<HashMap<String, Arc<Mutex<()>>>>,
@@ -120,8 +122,23 @@ impl Locks {
             let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
             map.entry(key.to_owned()).or_default().clone()
         };
-        let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-        f()
+        let out = {
+            let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+            f()
+        };
+        // Callers clone the entry under the map's lock: with only the map's
+        // and this caller's references left, no one else waits for it.
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if Arc::strong_count(&lock) == 2 {
+            map.remove(key);
+        }
+        out
+    }
+
+    /// How many keys have an entry.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 }
 
@@ -211,6 +228,7 @@ mod tests {
         for h in handles {
             h.join().expect("no panic");
         }
+        assert_eq!(locks.len(), 0, "no entry outlives its callers");
         assert_eq!(
             Fault::parse("hang-before-mount"),
             Some(Fault::HangBeforeMount)

@@ -23,6 +23,10 @@ pub struct MountEntry {
     pub mount_point: PathBuf,
     /// Whether this mount is read-only.
     pub read_only: bool,
+    /// Whether the filesystem itself is read-only (its super options): the
+    /// kernel remounts ext4 so after an I/O or journal error, whatever the
+    /// mounts' own flags say.
+    pub fs_read_only: bool,
     /// The filesystem type.
     pub fs_type: String,
     /// The mount source (`/dev/nvme0n1`, `udev`, ...).
@@ -41,6 +45,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
                 root: unescape(f.get(3)?).into(),
                 mount_point: unescape(f.get(4)?).into(),
                 read_only: f.get(5)?.split(',').any(|o| o == "ro"),
+                fs_read_only: r.get(2).is_some_and(|o| o.split(',').any(|o| o == "ro")),
                 fs_type: (*r.first()?).to_owned(),
                 source: unescape(r.get(1)?),
             })
@@ -195,12 +200,18 @@ mod tests {
 95 22 259:3 / /var/lib/kubelet/plugins/staging/pv\\0401 rw,noatime shared:50 - xfs /dev/nvme0n1 rw,attr2
 96 22 259:3 / /var/lib/kubelet/pods/a/volumes/pv1/mount ro,noatime shared:50 - xfs /dev/nvme0n1 rw,attr2
 97 22 0:5 /nvme1n1 /var/lib/kubelet/pods/b/volumeDevices/pv2 rw,nosuid shared:2 - devtmpfs udev rw,size=1k
+98 22 259:4 / /var/lib/kubelet/plugins/staging/pv3 rw,noatime shared:51 - ext4 /dev/nvme2n1 ro,errors=remount-ro
 ";
 
     #[test]
     fn mountinfo_lines_are_read_with_escapes_and_bind_roots() {
         let t = parse_mountinfo(TABLE);
-        assert_eq!(t.len(), 4);
+        assert_eq!(t.len(), 5);
+        assert!(!t[1].fs_read_only);
+        assert!(
+            t[4].fs_read_only && !t[4].read_only,
+            "remounted after an error"
+        );
         assert_eq!(
             t[1].mount_point,
             Path::new("/var/lib/kubelet/plugins/staging/pv 1")

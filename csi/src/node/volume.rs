@@ -65,6 +65,23 @@ pub(super) fn not_holding(r: &StagingRecord, path: &Path) -> Result<Option<Strin
     })
 }
 
+/// Why the staged filesystem of `r` is read-only though its Stage did not
+/// ask for it (the kernel remounted it after an I/O or journal error: every
+/// write of the pod fails), `None` otherwise.
+pub(super) fn read_only_unasked(r: &StagingRecord) -> Result<Option<String>> {
+    if r.mount_flags.iter().any(|f| f == "ro") {
+        return Ok(None);
+    }
+    Ok(mount_at(&r.staging_path)?
+        .filter(|m| m.fs_read_only)
+        .map(|m| {
+            format!(
+                "the {} filesystem on {} is read-only though staged read-write: the kernel remounts it so after an I/O or journal error (see the node's kernel log)",
+                m.fs_type, m.source
+            )
+        }))
+}
+
 /// Refuses work on a filesystem volume whose staging path does not hold
 /// its filesystem ([`not_holding`]).
 pub(super) fn check_staging_mount(r: &StagingRecord) -> Result<()> {
@@ -156,7 +173,10 @@ impl Node {
             Err(e) => Some(e.message),
             Ok(_) => match self.attacher.abnormal(&record) {
                 Some(why) => Some(why),
-                None if record.fs_type.is_some() => not_holding(&record, volume_path)?,
+                None if record.fs_type.is_some() => match not_holding(&record, volume_path)? {
+                    Some(why) => Some(why),
+                    None => read_only_unasked(&record)?,
+                },
                 None => None,
             },
         };
