@@ -83,6 +83,35 @@ pub struct Attach {
     pub device: Result<PathBuf>,
 }
 
+/// Waits, within `limit`, until `state()` reads `want`: a connection this
+/// Stage reuses may be reconnecting (a storage node rebooting), and a disk
+/// found through it would fail the probe, mkfs or mount. `Err` names the
+/// state it stayed in.
+fn await_state(
+    what: &str,
+    want: &str,
+    limit: Duration,
+    mut state: impl FnMut() -> Option<String>,
+) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let now = state();
+        if now.as_deref() == Some(want) {
+            return Ok(());
+        }
+        if start.elapsed() >= limit {
+            return Err(Error::new(
+                Kind::Timeout,
+                format!(
+                    "{what} is {}, not {want}, after {limit:?}; NodeStageVolume again once it reconnects",
+                    now.as_deref().unwrap_or("gone")
+                ),
+            ));
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
 impl Attach {
     /// A connection that failed: nothing was made.
     fn failed(e: Error) -> Self {
@@ -114,6 +143,13 @@ impl Attacher {
             Err(e) => return Attach::failed(e),
         };
         tracing::info!(controller = %ctrl, new = made, nqn = %ctx.target, "NVMe/TCP controller");
+        if !made {
+            let what = format!("controller {ctrl} of {}", ctx.target);
+            if let Err(e) = await_state(&what, "live", self.device_wait, || self.nvme.state(&ctrl))
+            {
+                return Attach::failed(e);
+            }
+        }
         let what = format!("namespace {} of {} on {ctrl}", ctx.lun, ctx.target);
         let device = super::timed("device", || {
             await_disk(&what, self.device_wait, || {
@@ -131,6 +167,16 @@ impl Attacher {
         let made = self.iscsi.sessions(&target).is_empty();
         if let Err(e) = super::timed("connect", || self.iscsi.login(&target, ctx.chap.as_ref())) {
             return Attach::failed(e);
+        }
+        if !made {
+            let what = format!("the iSCSI session to {}", ctx.target);
+            let state = || {
+                let sessions = self.iscsi.sessions(&target);
+                sessions.first().map(|s| self.iscsi.session_state(s))
+            };
+            if let Err(e) = await_state(&what, "LOGGED_IN", self.device_wait, state) {
+                return Attach::failed(e);
+            }
         }
         let what = format!("LUN {} of {}", ctx.lun, ctx.target);
         let device = super::timed("device", || {
@@ -362,6 +408,32 @@ mod tests {
         assert_eq!(a.abnormal(&r), None);
         fs::remove_file(&dev).unwrap();
         assert!(a.abnormal(&r).unwrap().contains("is gone"));
+    }
+
+    #[test]
+    fn a_reused_connection_must_come_back_before_it_is_used() {
+        let state = std::cell::Cell::new(0);
+        let ok = await_state("controller nvme1", "live", Duration::from_secs(5), || {
+            state.set(state.get() + 1);
+            Some(
+                if state.get() < 3 {
+                    "connecting"
+                } else {
+                    "live"
+                }
+                .into(),
+            )
+        });
+        assert_eq!(ok, Ok(()));
+        let e = await_state("session", "LOGGED_IN", Duration::from_millis(200), || {
+            Some("FAILED".into())
+        })
+        .expect_err("never logged in");
+        assert_eq!(e.kind, Kind::Timeout);
+        assert!(
+            e.message.contains("session is FAILED, not LOGGED_IN"),
+            "{e}"
+        );
     }
 
     #[test]
