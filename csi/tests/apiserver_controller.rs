@@ -547,3 +547,58 @@ async fn a_refusal_is_an_event_on_the_claim_text_for_text() -> Result {
     );
     Ok(())
 }
+
+/// CSI requires `capacity_range` of ControllerExpandVolume: without one
+/// the request is refused naming the field, and the agent is not asked to
+/// grow the volume to a size nobody requested.
+#[tokio::test]
+async fn expand_without_a_capacity_range_is_refused_and_grows_nothing() -> Result {
+    let bed = bed().await?;
+    let created = bed
+        .controller
+        .create_volume(Request::new(create_request(
+            "pvc-e",
+            1 << 20,
+            &[("pillarStorageClass", "hot")],
+        )))
+        .await?
+        .into_inner()
+        .volume
+        .ok_or("no volume")?;
+    let sizes = || -> Result<Vec<u64>> {
+        Ok(bed
+            .fixture
+            .backend
+            .volumes
+            .lock()
+            .map_err(|_| "poison")?
+            .values()
+            .copied()
+            .collect())
+    };
+    assert_eq!(sizes()?, [1 << 20]);
+    for range in [
+        None,
+        Some(pb::CapacityRange {
+            required_bytes: 0,
+            limit_bytes: 0,
+        }),
+    ] {
+        let e = bed
+            .controller
+            .controller_expand_volume(Request::new(pb::ControllerExpandVolumeRequest {
+                volume_id: created.volume_id.clone(),
+                capacity_range: range,
+                volume_capability: Some(mount_cap(Mode::SingleNodeWriter)),
+                ..Default::default()
+            }))
+            .await
+            .expect_err("expand without a size");
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("capacity_range"), "{}", e.message());
+    }
+    assert_eq!(sizes()?, [1 << 20]);
+    let record = state(&bed, "pvc-e").await?.ok_or("no record")?;
+    assert_eq!(record.spec.capacity_bytes, 1 << 20);
+    Ok(())
+}

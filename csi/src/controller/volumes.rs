@@ -293,7 +293,18 @@ impl Controller {
         if req.volume_id.is_empty() {
             return Err(Error::InvalidArgument("the volume ID is missing".into()));
         }
-        let bytes = requested_bytes(req.capacity_range.as_ref())?;
+        // CSI: capacity_range is required here, with at least one bound;
+        // the default size of CreateVolume is no size to grow to.
+        let range = req
+            .capacity_range
+            .as_ref()
+            .filter(|r| r.required_bytes != 0 || r.limit_bytes != 0)
+            .ok_or_else(|| {
+                Error::InvalidArgument(
+                    "capacity_range is required for ControllerExpandVolume, with required_bytes or limit_bytes set".into(),
+                )
+            })?;
+        let bytes = requested_bytes(Some(range))?;
         let state = self.ready_state(&req.volume_id, "expand").await?;
         let agent = self.agent_of(&state).await?;
         let mut client = self.agents.client(&agent)?;
