@@ -602,3 +602,53 @@ async fn expand_without_a_capacity_range_is_refused_and_grows_nothing() -> Resul
     assert_eq!(record.spec.capacity_bytes, 1 << 20);
     Ok(())
 }
+
+/// The controller does not offer PUBLISH_READONLY (the target cannot
+/// serve a volume read-only to one initiator): a readonly
+/// ControllerPublishVolume is refused before anything is recorded or
+/// exported, instead of publishing the volume writable.
+#[tokio::test]
+async fn a_readonly_publish_is_refused_and_publishes_nothing() -> Result {
+    let bed = bed().await?;
+    let created = bed
+        .controller
+        .create_volume(Request::new(create_request(
+            "pvc-ro",
+            1 << 20,
+            &[("pillarStorageClass", "hot")],
+        )))
+        .await?
+        .into_inner()
+        .volume
+        .ok_or("no volume")?;
+    let node = NodeId::new("worker-a", NQN_A, IQN)?;
+    let mut request = publish_request(&created.volume_id, &node);
+    request.readonly = true;
+    let e = bed
+        .controller
+        .controller_publish_volume(Request::new(request))
+        .await
+        .expect_err("a readonly publish");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(
+        e.message().contains("readonly") && e.message().contains("PUBLISH_READONLY"),
+        "{}",
+        e.message()
+    );
+    let record = state(&bed, "pvc-ro").await?.ok_or("no record")?;
+    assert!(record
+        .status
+        .map(|s| s.published_nodes.is_empty())
+        .unwrap_or(true));
+    assert!(bed
+        .fixture
+        .exporter
+        .exports
+        .lock()
+        .map_err(|_| "poison")?
+        .is_empty());
+    // The capability is not advertised, so a CO sends readonly false.
+    assert!(!csi::controller::capabilities::RPCS
+        .contains(&pb::controller_service_capability::rpc::Type::PublishReadonly));
+    Ok(())
+}

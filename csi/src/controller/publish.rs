@@ -54,6 +54,16 @@ impl Controller {
         if req.node_id.is_empty() {
             return Err(Error::InvalidArgument("the node ID is missing".into()));
         }
+        // The targets cannot serve a volume read-only to one initiator, so
+        // PUBLISH_READONLY is not offered and CSI has the CO send false; a
+        // true is refused rather than published writable (a read-only
+        // mount is NodePublishVolume's readonly).
+        if req.readonly {
+            return Err(Error::InvalidArgument(format!(
+                "cannot publish volume {} readonly: this controller does not offer PUBLISH_READONLY; publish it with readonly false and ask NodePublishVolume for a read-only mount",
+                req.volume_id
+            )));
+        }
         let cap = req
             .volume_capability
             .as_ref()
