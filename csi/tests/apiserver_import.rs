@@ -744,3 +744,47 @@ async fn a_retry_after_the_claim_was_deleted_or_re_created_is_refused_and_the_im
     assert_eq!(e.message(), "PersistentVolumeClaim db/never does not exist");
     Ok(())
 }
+
+/// CSI: a volume larger than `limit_bytes` is OUT_OF_RANGE. An import
+/// never resizes, so a zvol larger than the claim's limit is refused after
+/// the agent's first answer, the import is released (nothing destroyed)
+/// and the record, never Ready, is left to the reaper.
+#[tokio::test]
+async fn an_import_larger_than_the_limit_is_out_of_range_and_released() -> Result {
+    let bed = bed().await?;
+    bed.server.kubectl(&["create", "namespace", "db"])?;
+    bed.add_zvol("big", 256 * MIB);
+    let pv = claim(&bed, "db", "big", &[(ZVOL, "tank/k8s/big")]).await?;
+    let mut request = create_request(&pv, (64 * MIB) as i64, "hot", "db", "big");
+    request.capacity_range = Some(pb::CapacityRange {
+        required_bytes: (64 * MIB) as i64,
+        limit_bytes: (128 * MIB) as i64,
+    });
+    let calls = bed.agent_calls();
+    let e = bed
+        .controller
+        .create_volume(Request::new(request))
+        .await
+        .expect_err("an import larger than limit_bytes");
+    assert_eq!(
+        (e.code(), e.message()),
+        (
+            Code::OutOfRange,
+            format!(
+                "volume {pv:?}: the imported volume tank/big is {} bytes, more than limit_bytes {}; it is released, not resized",
+                256 * MIB,
+                128 * MIB
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(
+        bed.agent_calls_since(calls),
+        vec!["create_volume", "release_volume"]
+    );
+    assert_eq!(bed.zvol("big"), Some(256 * MIB));
+    assert_eq!(bed.destroyed(), 0);
+    let record = state(&bed, &pv).await?.ok_or("the record went")?;
+    assert_eq!(import::completed(&record), Some(false));
+    Ok(())
+}

@@ -20,6 +20,10 @@ pub enum Error {
     /// Another call changed the volume's record first; the CO retries (ABORTED).
     #[error("{0}")]
     Aborted(String),
+    /// The volume's size is outside the requested capacity range
+    /// (OUT_OF_RANGE): an import larger than `limit_bytes`.
+    #[error("{0}")]
+    OutOfRange(String),
     /// A Kubernetes API call failed.
     #[error("{what}: {source}")]
     Kube {
@@ -60,6 +64,7 @@ impl Error {
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::AlreadyExists(_) => Code::AlreadyExists,
             Error::Aborted(_) => Code::Aborted,
+            Error::OutOfRange(_) => Code::OutOfRange,
             Error::Kube { source, .. } => match source {
                 kube::Error::Api(s) if s.code == 409 => Code::Aborted,
                 kube::Error::Api(s) if s.code == 404 => Code::NotFound,

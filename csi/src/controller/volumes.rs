@@ -194,6 +194,16 @@ impl Controller {
             .await
             .map_err(client.fail())?
             .into_inner();
+        // An import never resizes: one larger than the request allows is
+        // released at once (nothing destroyed) and the record, never
+        // Ready, is left to the reaper, as for a claim that went.
+        if wants.import.is_some() && limit > 0 && created.capacity_bytes > limit as u64 {
+            client.end_lifecycle(&state, true).await?;
+            return Err(Error::OutOfRange(format!(
+                "volume {:?}: the imported volume {id} is {} bytes, more than limit_bytes {limit}; it is released, not resized",
+                req.name, created.capacity_bytes
+            )));
+        }
         // The claim may have gone while the agent worked: a volume never
         // turns Ready for a claim that can no longer bind to it (the record
         // stays as it was, for the reaper).
