@@ -50,7 +50,7 @@ async fn names_that_are_not_object_names_get_records_of_their_own() -> Result {
     let sanity = format!("sanity-Node-Stage_{}", "X".repeat(110));
     assert_eq!(sanity.len(), 128);
     let mut handles = Vec::new();
-    for name in [sanity.as_str(), "Claim_A", "claim_a"] {
+    for name in [sanity.as_str(), "Claim_A", "claim_a", "_", "-"] {
         let volume = provision(&bed, create(name, 64 << 20, 0)).await?;
         let record = state(&bed, &record_name(name))
             .await?
@@ -62,7 +62,7 @@ async fn names_that_are_not_object_names_get_records_of_their_own() -> Result {
         assert_eq!(again.volume_id, volume.volume_id, "{name:?}");
         handles.push(volume.volume_id);
     }
-    assert_eq!(bed.zvols(), 3, "one zvol per name: {handles:?}");
+    assert_eq!(bed.zvols(), 5, "one zvol per name: {handles:?}");
     assert_ne!(
         handles[1], handles[2],
         "names differing in case share a zvol"

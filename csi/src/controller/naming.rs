@@ -20,8 +20,9 @@ const AGENT_NAME_MAX: usize = 63;
 
 /// A name of `text`'s lowercase letters and digits (anything else becomes
 /// `-`), at most `max` of them, then `-` and 16 hex digits of FNV-1a of
-/// `text`: valid as a Kubernetes object name, a ZFS dataset or LV name,
-/// and different for names that differ only in case or punctuation.
+/// `text` (only the digits when `text` has no letter or digit): valid as a
+/// Kubernetes object name, a ZFS dataset or LV name, and different for
+/// names that differ only in case or punctuation.
 pub fn derived(text: &str, max: usize) -> String {
     let readable: String = text
         .chars()
@@ -32,7 +33,10 @@ pub fn derived(text: &str, max: usize) -> String {
         .take(max)
         .collect();
     let digest = api::names::fnv1a(api::names::FNV1A_BASIS, text.as_bytes());
-    format!("{}-{digest:016x}", readable.trim_matches('-'))
+    match readable.trim_matches('-') {
+        "" => format!("{digest:016x}"),
+        readable => format!("{readable}-{digest:016x}"),
+    }
 }
 
 /// Whether `name` is a DNS subdomain name (RFC 1123), as Kubernetes
@@ -107,6 +111,39 @@ mod tests {
         assert_ne!(record_name("a_b"), record_name("a-b"));
         assert_ne!(record_name("A"), record_name("a"));
         assert_eq!(record_name(sanity), record_name(sanity));
+    }
+
+    #[test]
+    fn names_of_punctuation_or_nothing_still_get_valid_names() {
+        let long_upper = "A".repeat(300);
+        let long_punct = "_".repeat(300);
+        let names = [
+            "_",
+            "",
+            "-",
+            "--",
+            ".",
+            "UPPER",
+            "_a_",
+            &long_upper,
+            &long_punct,
+        ];
+        for name in names {
+            for max in [40, AGENT_NAME_MAX - 17] {
+                let made = derived(name, max);
+                assert!(is_object_name(&made), "{name:?} ({max}) -> {made:?}");
+                assert!(made.len() <= max + 17, "{made:?}");
+            }
+            let record = record_name(name);
+            assert!(is_object_name(&record), "{name:?} -> {record:?}");
+            let agent = agent_name(&record);
+            let dataset = api::names::zfs::DatasetName::new(&format!("tank/{agent}"));
+            assert!(dataset.is_ok(), "{name:?} -> {agent:?}: {dataset:?}");
+            let lv = api::names::lvm::LvName::new(&agent);
+            assert!(lv.is_ok(), "{name:?} -> {agent:?}: {lv:?}");
+        }
+        assert_ne!(record_name("_"), record_name("-"));
+        assert_ne!(record_name("_"), record_name(""));
     }
 
     #[test]
