@@ -652,3 +652,90 @@ async fn a_readonly_publish_is_refused_and_publishes_nothing() -> Result {
         .contains(&pb::controller_service_capability::rpc::Type::PublishReadonly));
     Ok(())
 }
+
+/// ListVolumes pages continue after the last volume seen: a volume deleted
+/// or added between two pages makes the next page neither skip nor repeat
+/// one, and a token this controller cannot have issued is ABORTED.
+#[tokio::test]
+async fn list_pages_neither_skip_nor_repeat_when_volumes_come_and_go() -> Result {
+    let bed = bed().await?;
+    let mut handles = HashMap::new();
+    for name in ["pvc-a", "pvc-b", "pvc-c", "pvc-d"] {
+        let volume = bed
+            .controller
+            .create_volume(Request::new(create_request(
+                name,
+                1 << 20,
+                &[("pillarStorageClass", "hot")],
+            )))
+            .await?
+            .into_inner()
+            .volume
+            .ok_or("no volume")?;
+        handles.insert(volume.volume_id, name);
+    }
+    let page = |token: &str, max: i32| {
+        let request = pb::ListVolumesRequest {
+            max_entries: max,
+            starting_token: token.to_owned(),
+        };
+        let (controller, handles) = (&bed.controller, &handles);
+        async move {
+            let listed = controller
+                .list_volumes(Request::new(request))
+                .await?
+                .into_inner();
+            let names: Vec<&str> = listed
+                .entries
+                .iter()
+                .filter_map(|e| e.volume.as_ref())
+                .map(|v| handles.get(&v.volume_id).copied().unwrap_or("?"))
+                .collect();
+            Ok::<_, tonic::Status>((names, listed.next_token))
+        }
+    };
+    let delete = |name: &str| {
+        let handle = handles
+            .iter()
+            .find(|(_, n)| **n == name)
+            .map(|(h, _)| h.clone())
+            .unwrap_or_default();
+        bed.controller
+            .delete_volume(Request::new(pb::DeleteVolumeRequest {
+                volume_id: handle,
+                ..Default::default()
+            }))
+    };
+
+    // A volume of the first page goes before the second is asked for.
+    let (first, token) = page("", 2).await?;
+    assert_eq!(first, ["pvc-a", "pvc-b"]);
+    delete("pvc-a").await?;
+    let (second, token) = page(&token, 2).await?;
+    assert_eq!(second, ["pvc-c", "pvc-d"], "after deleting pvc-a");
+    assert_eq!(token, "");
+
+    // A volume that sorts before the page comes before the next is asked for.
+    let (first, token) = page("", 1).await?;
+    assert_eq!(first, ["pvc-b"]);
+    let added = bed
+        .controller
+        .create_volume(Request::new(create_request(
+            "pvc-0",
+            1 << 20,
+            &[("pillarStorageClass", "hot")],
+        )))
+        .await?
+        .into_inner()
+        .volume
+        .ok_or("no volume")?;
+    let (second, _) = page(&token, 1).await?;
+    assert!(added.volume_id.ends_with("/pvc-0"));
+    assert_eq!(second, ["pvc-c"], "after adding pvc-0");
+
+    for garbage in ["not a token!", "../x", "-1", "UPPER"] {
+        let e = page(garbage, 1).await.expect_err(garbage);
+        assert_eq!(e.code(), Code::Aborted, "{garbage:?}: {e:?}");
+    }
+    Ok(())
+}

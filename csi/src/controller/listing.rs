@@ -1,5 +1,6 @@
 //! ListVolumes and GetCapacity.
 use super::error::{Error, Result};
+use super::naming;
 use super::resolve::{self, backend_of, pool_of};
 use super::{backend_type, Controller};
 use api::crd::{PillarAgent, PillarStore};
@@ -9,33 +10,36 @@ use pillar_csi_proto::agent::v1 as agent;
 use pillar_csi_proto::csi::v1 as csi;
 
 impl Controller {
-    /// ListVolumes, paged by position in the name-sorted list of records.
+    /// ListVolumes, paged by record name: a page's `next_token` is the name
+    /// of its last record and the next page starts after that name, so a
+    /// record deleted or added between two pages neither skips nor repeats
+    /// one. A token that is not a record name is ABORTED, as CSI asks.
     pub async fn list(&self, req: csi::ListVolumesRequest) -> Result<csi::ListVolumesResponse> {
-        let start: usize = if req.starting_token.is_empty() {
-            0
-        } else {
-            req.starting_token.parse().map_err(|_| {
-                Error::Aborted(format!(
-                    "starting token {:?} is not one this controller issued",
-                    req.starting_token
-                ))
-            })?
+        let after = match req.starting_token.as_str() {
+            "" => None,
+            token if naming::is_object_name(token) => Some(token),
+            token => {
+                return Err(Error::Aborted(format!(
+                    "starting token {token:?} is not one this controller issued"
+                )))
+            }
         };
-        let states = self.states.list().await?;
-        if start > states.len() {
-            return Err(Error::Aborted(format!(
-                "starting token {start} is past the {} volumes",
-                states.len()
-            )));
-        }
         let max = match usize::try_from(req.max_entries) {
             Ok(0) | Err(_) => usize::MAX,
             Ok(n) => n,
         };
-        let page: Vec<_> = states.iter().skip(start).take(max).collect();
-        let next = start + page.len();
+        let states = self.states.list().await?;
+        let rest: Vec<_> = states
+            .iter()
+            .filter(|s| after.is_none_or(|after| s.name_any().as_str() > after))
+            .collect();
+        let page = &rest[..rest.len().min(max)];
+        let next_token = match page.last() {
+            Some(last) if page.len() < rest.len() => last.name_any(),
+            _ => String::new(),
+        };
         let entries = page
-            .into_iter()
+            .iter()
             .map(|s| csi::list_volumes_response::Entry {
                 volume: Some(csi::Volume {
                     capacity_bytes: s.spec.capacity_bytes as i64,
@@ -59,11 +63,7 @@ impl Controller {
             .collect();
         Ok(csi::ListVolumesResponse {
             entries,
-            next_token: if next < states.len() {
-                next.to_string()
-            } else {
-                String::new()
-            },
+            next_token,
         })
     }
 

@@ -41,7 +41,7 @@ pub fn derived(text: &str, max: usize) -> String {
 
 /// Whether `name` is a DNS subdomain name (RFC 1123), as Kubernetes
 /// requires of object names.
-fn is_object_name(name: &str) -> bool {
+pub(crate) fn is_object_name(name: &str) -> bool {
     let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
     name.len() <= 253
         && name.split('.').all(|label| {
