@@ -733,7 +733,8 @@ async fn list_pages_neither_skip_nor_repeat_when_volumes_come_and_go() -> Result
     assert!(added.volume_id.ends_with("/pvc-0"));
     assert_eq!(second, ["pvc-c"], "after adding pvc-0");
 
-    for garbage in ["not a token!", "../x", "-1", "UPPER"] {
+    // csi-sanity's invalid token is a valid object name.
+    for garbage in ["invalid-token", "pvc-b", "after:", "after:UPPER", "2", "-1"] {
         let e = page(garbage, 1).await.expect_err(garbage);
         assert_eq!(e.code(), Code::Aborted, "{garbage:?}: {e:?}");
     }

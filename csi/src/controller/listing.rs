@@ -9,20 +9,29 @@ use kube::ResourceExt;
 use pillar_csi_proto::agent::v1 as agent;
 use pillar_csi_proto::csi::v1 as csi;
 
+/// What starts a ListVolumes `next_token`, before the record name the
+/// next page starts after.
+pub const TOKEN_PREFIX: &str = "after:";
+
 impl Controller {
-    /// ListVolumes, paged by record name: a page's `next_token` is the name
-    /// of its last record and the next page starts after that name, so a
-    /// record deleted or added between two pages neither skips nor repeats
-    /// one. A token that is not a record name is ABORTED, as CSI asks.
+    /// ListVolumes, paged by record name: a page's `next_token` is
+    /// [`TOKEN_PREFIX`] and the name of its last record, and the next page
+    /// starts after that name, so a record deleted or added between two
+    /// pages neither skips nor repeats one. A token of another form is
+    /// ABORTED, as CSI asks.
     pub async fn list(&self, req: csi::ListVolumesRequest) -> Result<csi::ListVolumesResponse> {
         let after = match req.starting_token.as_str() {
             "" => None,
-            token if naming::is_object_name(token) => Some(token),
-            token => {
-                return Err(Error::Aborted(format!(
-                    "starting token {token:?} is not one this controller issued"
-                )))
-            }
+            token => Some(
+                token
+                    .strip_prefix(TOKEN_PREFIX)
+                    .filter(|name| naming::is_object_name(name))
+                    .ok_or_else(|| {
+                        Error::Aborted(format!(
+                            "starting token {token:?} is not one this controller issued"
+                        ))
+                    })?,
+            ),
         };
         let max = match usize::try_from(req.max_entries) {
             Ok(0) | Err(_) => usize::MAX,
@@ -35,7 +44,7 @@ impl Controller {
             .collect();
         let page = &rest[..rest.len().min(max)];
         let next_token = match page.last() {
-            Some(last) if page.len() < rest.len() => last.name_any(),
+            Some(last) if page.len() < rest.len() => format!("{TOKEN_PREFIX}{}", last.name_any()),
             _ => String::new(),
         };
         let entries = page
