@@ -379,16 +379,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_transport_state_decides_the_volume_condition() {
+    /// A staged disk `nvme1n1` in a temporary sysfs: the folder (kept
+    /// alive by the caller), the attacher, the record, the device node and
+    /// the disk's controller folder (not made yet).
+    fn staged_disk() -> (tempfile::TempDir, Attacher, StagingRecord, PathBuf, PathBuf) {
         let root = tempfile::tempdir().unwrap();
         let sys = root.path().join("sys");
         let dev = root.path().join("nvme1n1");
         fs::write(&dev, b"").unwrap();
         let a = attacher(&sys);
         let r = record(&dev);
-        assert!(a.abnormal(&r).unwrap().contains("gone from sysfs"));
         let ctrl = sys.join("class/block/nvme1n1/device");
+        (root, a, r, dev, ctrl)
+    }
+
+    #[test]
+    fn the_transport_state_decides_the_volume_condition() {
+        let (_root, a, r, dev, ctrl) = staged_disk();
+        assert!(a.abnormal(&r).unwrap().contains("gone from sysfs"));
         fs::create_dir_all(&ctrl).unwrap();
         fs::write(ctrl.join("state"), "connecting\n").unwrap();
         let why = a.abnormal(&r).unwrap();
@@ -438,13 +446,7 @@ mod tests {
 
     #[test]
     fn only_a_transport_that_cannot_come_back_is_dead() {
-        let root = tempfile::tempdir().unwrap();
-        let sys = root.path().join("sys");
-        let dev = root.path().join("nvme1n1");
-        fs::write(&dev, b"").unwrap();
-        let a = attacher(&sys);
-        let r = record(&dev);
-        let ctrl = sys.join("class/block/nvme1n1/device");
+        let (_root, a, r, dev, ctrl) = staged_disk();
         fs::create_dir_all(&ctrl).unwrap();
         for (state, dead) in [
             ("live", false),
