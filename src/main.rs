@@ -60,6 +60,10 @@ struct AgentArgs {
     /// repeatable. Given at least once, these replace the file's backends.
     #[arg(long = "backend", value_name = "KIND=NAME")]
     backends: Vec<String>,
+    /// The agent's name, in the names of its export targets (unique per
+    /// agent); default: the host name.
+    #[arg(long)]
+    name: Option<String>,
     /// gRPC listen address.
     #[arg(long)]
     listen: Option<SocketAddr>,
@@ -110,6 +114,7 @@ fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
     };
     c.override_backends(&args.backends)
         .map_err(|e| e.to_string())?;
+    c.name = args.name.or(c.name);
     c.listen = args.listen.unwrap_or(c.listen);
     c.state_dir = args.state_dir.unwrap_or(c.state_dir);
     c.tls.cert = args.tls_cert.or(c.tls.cert);

@@ -5,7 +5,7 @@
 //! Refusals of an import read `import of volume <id> refused: <reason>: ...`
 //! and are FAILED_PRECONDITION: the request was well formed, the storage
 //! node is not in a state that allows it, and nothing was changed.
-use crate::{error::AgentError, export::NQN_PREFIX, volume::VolumeId};
+use crate::{error::AgentError, volume::VolumeId};
 use std::path::Path;
 use sys::block::{Exclusive, Host, Usage};
 
@@ -14,24 +14,20 @@ pub fn refused(id: &VolumeId, reason: impl std::fmt::Display) -> AgentError {
     AgentError::FailedPrecondition(format!("import of volume {id} refused: {reason}"))
 }
 
-/// The kernel target objects the agent itself makes for `id`: they are not
-/// foreign users of the device.
+/// The kernel target objects the agent itself may have made for a volume
+/// (its subsystem NQNs, target IQNs and LIO storage object, from
+/// `crate::export::Exporter::own_names`): they are not foreign users of
+/// the device.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OwnExports {
-    /// The nvmet subsystem NQN.
-    pub nqn: String,
-    /// The LIO storage object name.
-    pub lio_object: String,
+    /// The objects' names.
+    pub names: std::collections::BTreeSet<String>,
 }
 
 impl OwnExports {
-    /// The names the exporters use for `id`.
-    pub fn of(id: &VolumeId) -> Self {
-        let suffix = id.target_suffix();
-        Self {
-            nqn: format!("{NQN_PREFIX}{suffix}"),
-            lio_object: format!("pillar-{suffix}"),
-        }
+    /// Whether the object called `name` is the agent's own.
+    pub fn contains(&self, name: &str) -> bool {
+        self.names.contains(name)
     }
 }
 
@@ -52,7 +48,7 @@ pub fn in_use(usage: &Usage, own: Option<&OwnExports>, exclusive: bool) -> Optio
     let foreign_lio = usage
         .lio
         .iter()
-        .find(|u| own.is_none_or(|o| u.name != o.lio_object));
+        .find(|u| own.is_none_or(|o| !o.contains(&u.name)));
     if let Some(u) = foreign_lio {
         return Some(format!(
             "in use: LIO backstore {}/{} still points at {}; remove the old driver's export (targetcli delete) first",
@@ -64,7 +60,7 @@ pub fn in_use(usage: &Usage, own: Option<&OwnExports>, exclusive: bool) -> Optio
     let foreign_nvmet = usage
         .nvmet
         .iter()
-        .find(|u| own.is_none_or(|o| u.subsystem != o.nqn));
+        .find(|u| own.is_none_or(|o| !o.contains(&u.subsystem)));
     if let Some(u) = foreign_nvmet {
         return Some(format!(
             "in use: nvmet subsystem {} namespace {} still exports {}; remove the export first",
@@ -183,17 +179,18 @@ mod tests {
 
     #[test]
     fn the_agents_own_exports_are_not_users() -> Result<(), AgentError> {
-        let id = VolumeId::parse("vg/lv")?;
-        let own = OwnExports::of(&id);
+        let own = OwnExports {
+            names: ["nqn.2026-01.org.example:lv".into(), "pillar-lv".into()].into(),
+        };
         let mut u = idle();
         u.nvmet.push(NvmetUser {
-            subsystem: own.nqn.clone(),
+            subsystem: "nqn.2026-01.org.example:lv".into(),
             nsid: "1".into(),
             device_path: "/dev/vg/lv".into(),
         });
         u.lio.push(LioUser {
             backstore: "iblock_0".into(),
-            name: own.lio_object.clone(),
+            name: "pillar-lv".into(),
             udev_path: "/dev/vg/lv".into(),
         });
         assert_eq!(in_use(&u, Some(&own), true), None);

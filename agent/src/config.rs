@@ -59,6 +59,11 @@ pub struct Listener {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct AgentConfig {
+    /// The agent's name, in the names of its export targets (unique per
+    /// agent: two storage nodes never show hosts one NQN or IQN); the
+    /// chart gives the node's name. `None`: the host name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Storage backends, each a one-key map (`- zfs: {...}`, `- lvm: {...}`).
     #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
     pub backends: Vec<BackendConfig>,
@@ -116,6 +121,7 @@ impl Default for Limits {
 impl Default for AgentConfig {
     fn default() -> Self {
         Self {
+            name: None,
             backends: Vec::new(),
             listen: SocketAddr::from(([0, 0, 0, 0], 9500)),
             state_dir: "/var/lib/pillar-csi/agent".into(),
@@ -141,6 +147,7 @@ impl Default for AgentConfig {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FileConfig {
+    name: Option<String>,
     #[serde(default, with = "serde_yaml::with::singleton_map_recursive")]
     backends: Option<Vec<BackendConfig>>,
     listen: Option<SocketAddr>,
@@ -214,6 +221,7 @@ impl AgentConfig {
         let file = file.unwrap_or_default();
         let d = Self::default();
         Ok(Self {
+            name: file.name.or(d.name),
             backends: file.backends.unwrap_or(d.backends),
             listen: file.listen.unwrap_or(d.listen),
             state_dir: file.state_dir.unwrap_or(d.state_dir),
@@ -251,6 +259,9 @@ impl AgentConfig {
     /// Checks the whole configuration; a half-valid one is refused with every problem named.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut problems = Vec::new();
+        if let Some(Err(e)) = self.name.as_deref().map(crate::export::TargetNames::new) {
+            problems.push(e.to_string());
+        }
         if self.backends.is_empty() {
             problems
                 .push("no backend configured (give at least one zfs or lvm backend)".to_owned());

@@ -233,7 +233,7 @@ fn exports(seen: &Observed, marks: &BTreeMap<String, FenceMark>, out: &mut Vec<V
         for (protocol, export) in &mark.exports {
             match protocol.as_str() {
                 "nvmeof-tcp" => {
-                    let Ok(nqn) = NvmetExporter::nqn(&vid) else {
+                    let Ok(nqn) = NvmetExporter::nqn_of(&vid, export) else {
                         continue;
                     };
                     expected_nqns.insert(nqn.to_string());
@@ -272,7 +272,9 @@ fn exports(seen: &Observed, marks: &BTreeMap<String, FenceMark>, out: &mut Vec<V
                     }
                 }
                 "iscsi" => {
-                    let Ok((iqn, object)) = LioExporter::names(&vid) else {
+                    let (Ok(iqn), Ok(object)) =
+                        (LioExporter::iqn_of(&vid, export), LioExporter::object(&vid))
+                    else {
                         continue;
                     };
                     expected_iqns.insert(iqn.to_string());

@@ -29,6 +29,7 @@ fn mark(id: &str, device_guid: &str, protocol: &str, initiator: &str) -> FenceMa
             acl: true,
             allowed_initiators: [initiator.to_owned()].into(),
             chap: None,
+            target: None,
         },
     );
     m
@@ -42,11 +43,15 @@ fn file(m: &FenceMark) -> (String, Vec<u8>) {
 }
 
 fn nqn(id: &str) -> nvmet::Nqn {
-    NvmetExporter::nqn(&VolumeId::parse(id).unwrap()).unwrap()
+    NvmetExporter::nqn_of(&VolumeId::parse(id).unwrap(), &ExportRecord::default()).unwrap()
 }
 
 fn lio_names(id: &str) -> (lio::Iqn, lio::StorageObjectName) {
-    LioExporter::names(&VolumeId::parse(id).unwrap()).unwrap()
+    let vid = VolumeId::parse(id).unwrap();
+    (
+        LioExporter::iqn_of(&vid, &ExportRecord::default()).unwrap(),
+        LioExporter::object(&vid).unwrap(),
+    )
 }
 
 /// Volume A exported over NVMe/TCP to HOST, volume B over iSCSI to

@@ -25,7 +25,7 @@ pub const SUFFIX: &str = ".mark.json";
 const MAX_FILE_NAME: usize = 250;
 
 /// How a volume is exported over one protocol.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExportRecord {
     /// Only `allowed_initiators` may connect.
     pub acl: bool,
@@ -36,6 +36,12 @@ pub struct ExportRecord {
     /// restart or resync re-applies it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chap: Option<ChapRecord>,
+    /// The target name (subsystem NQN or target IQN) the export was made
+    /// under; `None`: the legacy name of exports made before names carried
+    /// the agent (see `crate::export::TargetNames`), kept until the export
+    /// is removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 /// One-way iSCSI CHAP credentials of an export. `Debug` hides the password.

@@ -4,7 +4,7 @@
 use crate::{
     backend::{Backend, LvmBackend, ZfsBackend},
     config::{AgentConfig, BackendConfig},
-    export::{Exporter, LioExporter, NvmetExporter},
+    export::{host_name, Exporter, LioExporter, NvmetExporter, TargetNames},
     grpc::AgentGrpc,
     marks::MarkStore,
     service::Agent,
@@ -89,17 +89,24 @@ pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, Serv
 pub fn build(config: &AgentConfig, backends: Vec<Arc<dyn Backend>>) -> Result<Agent, ServeError> {
     let marks =
         MarkStore::open(&config.state_dir).map_err(|e| ServeError::Startup(e.to_string()))?;
+    let name = match &config.name {
+        Some(name) => name.clone(),
+        None => host_name().map_err(|e| ServeError::Startup(e.to_string()))?,
+    };
+    let names = TargetNames::new(&name).map_err(|e| ServeError::Startup(e.to_string()))?;
+    info!(agent = %name, target_names = %names.agent(), "export targets are named for this agent");
     let mut exporters: Vec<Arc<dyn Exporter>> = Vec::new();
     match nvmet::Nvmet::open() {
         Ok(target) => exporters.push(Arc::new(NvmetExporter::new(
             target,
             config.nvmeof,
             nvmet::PortId(NVMET_PORT_ID),
+            names.clone(),
         ))),
         Err(e) => warn!(error = %e, "NVMe/TCP exports unavailable"),
     }
     match lio::Lio::open() {
-        Ok(target) => exporters.push(Arc::new(LioExporter::new(target, config.iscsi))),
+        Ok(target) => exporters.push(Arc::new(LioExporter::new(target, config.iscsi, names))),
         Err(e) => warn!(error = %e, "iSCSI exports unavailable"),
     }
     let agent = Agent::new(backends, exporters, marks);

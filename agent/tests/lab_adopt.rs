@@ -62,6 +62,7 @@ async fn adopt_zvol_with_ext4_and_old_driver_properties_serves_its_data() -> R {
         acl: true,
         allowed_initiators: [HOST_NQN.to_owned()].into(),
         chap: None,
+        target: None,
     };
     let info = f
         .agent
@@ -348,6 +349,7 @@ async fn adopt_lv_preserve_original_survives_delete_and_pins_identity() -> R {
         acl: true,
         allowed_initiators: [HOST_NQN.to_owned()].into(),
         chap: None,
+        target: None,
     };
     let info = f
         .agent

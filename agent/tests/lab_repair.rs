@@ -8,10 +8,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use api::annotations::LvPolicy;
 use pillar_csi_agent::{
-    adopt::OwnExports,
     backend::{Backend, CreateOptions, ZfsBackend},
     error::AgentError,
-    export::Protocol,
+    export::{LioExporter, Protocol},
     marks::ExportRecord,
     volume::VolumeId,
 };
@@ -42,6 +41,7 @@ fn record(protocol: Protocol) -> ExportRecord {
         acl: true,
         allowed_initiators: [initiator.to_owned()].into(),
         chap: None,
+        target: None,
     }
 }
 
@@ -65,22 +65,23 @@ fn local_agent(backend: Arc<dyn Backend>) -> Fixture {
 
 /// Whether configfs holds any nvmet or LIO object of `id`'s exports.
 fn exported_anywhere(id: &str) -> Vec<String> {
-    let own = OwnExports::of(&VolumeId::parse(id).unwrap());
-    let suffix = own.lio_object.trim_start_matches("pillar-").to_owned();
+    let vid = VolumeId::parse(id).unwrap();
+    let suffix = vid.target_suffix();
+    let object = LioExporter::object(&vid).unwrap();
     let mut found = Vec::new();
     let nvmet = nvmet::Nvmet::open().unwrap().read().unwrap();
     found.extend(
         nvmet
             .subsystems
             .keys()
-            .filter(|n| n.as_str() == own.nqn)
+            .filter(|n| n.as_str().ends_with(&suffix))
             .map(|n| format!("nvmet subsystem {n}")),
     );
     let lio = lio::Lio::open().unwrap().read().unwrap();
     found.extend(
         lio.storage_objects
             .keys()
-            .filter(|n| n.as_str() == own.lio_object)
+            .filter(|n| **n == object)
             .map(|n| format!("LIO storage object {n}")),
     );
     found.extend(

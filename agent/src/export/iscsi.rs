@@ -1,5 +1,6 @@
 //! iSCSI exports through the kernel LIO target.
 use super::identity::StableIdentity;
+use super::names::TargetNames;
 use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use lio::{
@@ -9,8 +10,6 @@ use lio::{
 use std::{net::SocketAddr, path::Path, sync::Mutex};
 use tracing::info;
 
-/// The IQN prefix of every target this agent makes.
-pub const IQN_PREFIX: &str = "iqn.2026-01.com.bhyoo.pillar-csi:";
 const LUN: u16 = 0;
 
 /// iSCSI exports through LIO: one iblock storage object and one target
@@ -20,12 +19,14 @@ const LUN: u16 = 0;
 pub struct LioExporter {
     target: Lio,
     listener: Listener,
+    names: TargetNames,
     apply: Mutex<()>,
 }
 
 impl LioExporter {
-    /// An exporter on `target` whose portals listen on `listener`.
-    pub fn new(target: Lio, listener: Listener) -> Self {
+    /// An exporter on `target` whose portals listen on `listener`, naming
+    /// new targets with `names`.
+    pub fn new(target: Lio, listener: Listener, names: TargetNames) -> Self {
         #[cfg(feature = "crash-points")]
         let target = target.with_step_hook(std::sync::Arc::new(|s| {
             crate::crash::configfs_step(crate::crash::Target::Lio, s)
@@ -33,18 +34,25 @@ impl LioExporter {
         Self {
             target,
             listener,
+            names,
             apply: Mutex::new(()),
         }
     }
 
-    /// The target IQN and the storage object name of a volume.
-    pub fn names(volume: &VolumeId) -> Result<(Iqn, StorageObjectName), AgentError> {
-        let suffix = volume.target_suffix();
-        let iqn = Iqn::new(&format!("{IQN_PREFIX}{suffix}"))
-            .map_err(|e| AgentError::InvalidArgument(e.to_string()))?;
-        let object = StorageObjectName::new(&format!("pillar-{suffix}"))
-            .map_err(|e| AgentError::InvalidArgument(e.to_string()))?;
-        Ok((iqn, object))
+    /// The target IQN of the export `record` describes.
+    pub fn iqn_of(volume: &VolumeId, record: &ExportRecord) -> Result<Iqn, AgentError> {
+        let name = match &record.target {
+            Some(name) => name.clone(),
+            None => TargetNames::legacy_iqn(volume),
+        };
+        Iqn::new(&name).map_err(|e| AgentError::InvalidArgument(e.to_string()))
+    }
+
+    /// The storage object name of a volume (one storage node's, so the
+    /// same on every agent).
+    pub fn object(volume: &VolumeId) -> Result<StorageObjectName, AgentError> {
+        StorageObjectName::new(&format!("pillar-{}", volume.target_suffix()))
+            .map_err(|e| AgentError::InvalidArgument(e.to_string()))
     }
 
     fn locked<T>(&self, f: impl FnOnce() -> Result<T, AgentError>) -> Result<T, AgentError> {
@@ -67,13 +75,24 @@ impl Exporter for LioExporter {
             .map_err(|e| AgentError::InvalidArgument(format!("initiator_id: {e}")))
     }
 
+    fn new_target(&self, volume: &VolumeId) -> String {
+        self.names.iqn(volume)
+    }
+
+    fn own_names(&self, volume: &VolumeId) -> Vec<String> {
+        let mut names = vec![self.names.iqn(volume), TargetNames::legacy_iqn(volume)];
+        names.extend(Self::object(volume).map(|o| o.to_string()));
+        names
+    }
+
     fn export(
         &self,
         volume: &VolumeId,
         device: &Path,
         record: &ExportRecord,
     ) -> Result<ExportInfo, AgentError> {
-        let (iqn, object) = Self::names(volume)?;
+        let iqn = Self::iqn_of(volume, record)?;
+        let object = Self::object(volume)?;
         let mut desired = desired_state(&iqn, object.clone(), device, self.listener, record)?;
         // A storage object being made gets the volume's stable unit serial
         // (the LUN's WWN derives from it); one that exists keeps its own:
@@ -97,25 +116,39 @@ impl Exporter for LioExporter {
         if !revoked.recreated.is_empty() {
             info!(volume = %volume, target = %iqn, "sessions ended: demo mode replaced by an ACL, target made again");
         }
+        let device_identity = self
+            .target
+            .read_scoped(&desired)?
+            .storage_objects
+            .remove(&object)
+            .and_then(|so| so.unit_serial)
+            .unwrap_or_default();
         Ok(ExportInfo {
             target_id: iqn.to_string(),
             listener: self.listener,
             lun: u32::from(LUN),
+            device_identity,
         })
     }
 
-    fn unexport(&self, volume: &VolumeId) -> Result<(), AgentError> {
-        let (iqn, object) = Self::names(volume)?;
+    fn unexport(&self, volume: &VolumeId, recorded: Option<&str>) -> Result<(), AgentError> {
+        let targets = recorded
+            .map(str::to_owned)
+            .into_iter()
+            .chain([self.names.iqn(volume), TargetNames::legacy_iqn(volume)])
+            .filter_map(|name| Iqn::new(&name).ok())
+            .collect();
+        let object = Self::object(volume)?;
         self.locked(|| {
             self.target.teardown(&Teardown {
-                targets: [iqn].into(),
+                targets,
                 storage_objects: [object].into(),
             })?;
             Ok(())
         })
     }
 
-    fn revalidate(&self, _volume: &VolumeId) -> Result<(), AgentError> {
+    fn revalidate(&self, _volume: &VolumeId, _record: &ExportRecord) -> Result<(), AgentError> {
         // LIO's iblock reads the device size on every READ CAPACITY; the
         // initiator rescans to see it. Nothing to do on the target.
         Ok(())
@@ -209,6 +242,7 @@ mod tests {
                 username: "user".into(),
                 password: "secret123456".into(),
             }),
+            target: None,
         }
     }
 

@@ -4,11 +4,13 @@ use std::path::Path;
 
 mod identity;
 mod iscsi;
+mod names;
 mod nvmeof;
 
 pub use identity::StableIdentity;
-pub use iscsi::{LioExporter, IQN_PREFIX};
-pub use nvmeof::{NvmetExporter, NQN_PREFIX};
+pub use iscsi::LioExporter;
+pub use names::{host_name, TargetNames, IQN_PREFIX, NQN_PREFIX};
+pub use nvmeof::NvmetExporter;
 
 /// A transport protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -47,6 +49,10 @@ pub struct ExportInfo {
     pub listener: Listener,
     /// Namespace ID or LUN.
     pub lun: u32,
+    /// The identity the exported device shows initiators, as the target
+    /// holds it now: the NVMe namespace's UUID, the LUN's T10 unit serial
+    /// (VPD page 0x80). A node checks the disk it finds against it.
+    pub device_identity: String,
 }
 
 /// One protocol's kernel target. Methods are synchronous and idempotent.
@@ -55,17 +61,27 @@ pub trait Exporter: Send + Sync {
     fn protocol(&self) -> Protocol;
     /// Checks an initiator name (host NQN or IQN) for this protocol.
     fn check_initiator(&self, initiator: &str) -> Result<(), AgentError>;
-    /// Makes the export of `volume` serving `device` match `record`.
+    /// The target name a new export of `volume` is made under.
+    fn new_target(&self, volume: &VolumeId) -> String;
+    /// The names of every kernel object this exporter may have made for
+    /// `volume` (target names, storage objects): its own, not foreign
+    /// users of the volume's device.
+    fn own_names(&self, volume: &VolumeId) -> Vec<String>;
+    /// Makes the export of `volume` serving `device` match `record`, under
+    /// the target name `record` holds (the legacy name when none).
     fn export(
         &self,
         volume: &VolumeId,
         device: &Path,
         record: &ExportRecord,
     ) -> Result<ExportInfo, AgentError>;
-    /// Removes the export of `volume`, if present.
-    fn unexport(&self, volume: &VolumeId) -> Result<(), AgentError>;
-    /// Tells connected initiators the device changed size.
-    fn revalidate(&self, volume: &VolumeId) -> Result<(), AgentError>;
+    /// Removes every export of `volume` this exporter may have made (under
+    /// `recorded`, the name a mark records, and the names of
+    /// [`Exporter::own_names`]), if present.
+    fn unexport(&self, volume: &VolumeId, recorded: Option<&str>) -> Result<(), AgentError>;
+    /// Tells initiators connected to the export `record` describes that
+    /// the device changed size.
+    fn revalidate(&self, volume: &VolumeId, record: &ExportRecord) -> Result<(), AgentError>;
     /// Whether the kernel target is reachable.
     fn health(&self) -> Result<(), AgentError>;
 }

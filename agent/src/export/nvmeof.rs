@@ -1,5 +1,6 @@
 //! NVMe/TCP exports through the kernel nvmet target.
 use super::identity::StableIdentity;
+use super::names::{TargetNames, NQN_PREFIX};
 use super::{ExportInfo, Exporter, Protocol};
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use nvmet::{
@@ -8,8 +9,6 @@ use nvmet::{
 use std::{collections::BTreeSet, path::Path, sync::RwLock};
 use tracing::info;
 
-/// The NQN prefix of every subsystem this agent makes.
-pub const NQN_PREFIX: &str = "nqn.2026-01.com.bhyoo.pillar-csi:";
 const NSID: u32 = 1;
 
 /// NVMe/TCP exports through the kernel nvmet target: one subsystem per
@@ -19,6 +18,7 @@ pub struct NvmetExporter {
     target: Nvmet,
     listener: Listener,
     port: PortId,
+    names: TargetNames,
     /// Changes to different subsystems run side by side (read); a change
     /// that makes or moves the port, makes a host object or removes one
     /// runs alone (write), so that no export sees a shared object change
@@ -29,8 +29,9 @@ pub struct NvmetExporter {
 }
 
 impl NvmetExporter {
-    /// An exporter on `target` listening on `listener` through port `port`.
-    pub fn new(target: Nvmet, listener: Listener, port: PortId) -> Self {
+    /// An exporter on `target` listening on `listener` through port
+    /// `port`, naming new subsystems with `names`.
+    pub fn new(target: Nvmet, listener: Listener, port: PortId, names: TargetNames) -> Self {
         #[cfg(feature = "crash-points")]
         let target = target.with_step_hook(std::sync::Arc::new(|s| {
             crate::crash::configfs_step(crate::crash::Target::Nvmet, s)
@@ -39,17 +40,19 @@ impl NvmetExporter {
             target,
             listener,
             port,
+            names,
             apply: RwLock::new(()),
             port_check: PortCheck::default(),
         }
     }
 
-    /// The subsystem NQN of a volume.
-    pub fn nqn(volume: &VolumeId) -> Result<Nqn, AgentError> {
-        Ok(Nqn::new(&format!(
-            "{NQN_PREFIX}{}",
-            volume.target_suffix()
-        ))?)
+    /// The subsystem NQN of the export `record` describes.
+    pub fn nqn_of(volume: &VolumeId, record: &ExportRecord) -> Result<Nqn, AgentError> {
+        let name = match &record.target {
+            Some(name) => name.clone(),
+            None => TargetNames::legacy_nqn(volume),
+        };
+        Ok(Nqn::new(&name)?)
     }
 
     /// The hosts subsystem `nqn` allows now, as configfs lists them.
@@ -164,13 +167,21 @@ impl Exporter for NvmetExporter {
             .map_err(|e| AgentError::InvalidArgument(format!("initiator_id: {e}")))
     }
 
+    fn new_target(&self, volume: &VolumeId) -> String {
+        self.names.nqn(volume)
+    }
+
+    fn own_names(&self, volume: &VolumeId) -> Vec<String> {
+        vec![self.names.nqn(volume), TargetNames::legacy_nqn(volume)]
+    }
+
     fn export(
         &self,
         volume: &VolumeId,
         device: &Path,
         record: &ExportRecord,
     ) -> Result<ExportInfo, AgentError> {
-        let nqn = Self::nqn(volume)?;
+        let nqn = Self::nqn_of(volume, record)?;
         let hosts: BTreeSet<Nqn> = if record.acl {
             record
                 .allowed_initiators
@@ -229,21 +240,40 @@ impl Exporter for NvmetExporter {
         if !plan.cut_off.is_empty() {
             info!(volume = %volume, subsystem = %nqn, "controllers cut off: access narrowed, subsystem relinked to its ports");
         }
+        let device_identity = self
+            .target
+            .tree()
+            .read_attr(&format!("{sub_dir}/namespaces/{NSID}/device_uuid"))
+            .map_err(nvmet::Error::from)?;
         Ok(ExportInfo {
             target_id: nqn.to_string(),
             listener: self.listener,
             lun: NSID,
+            device_identity: device_identity.trim().to_owned(),
         })
     }
 
-    fn unexport(&self, volume: &VolumeId) -> Result<(), AgentError> {
-        let nqn = Self::nqn(volume)?;
-        // The teardown removes only the subsystem's own objects; the host
-        // objects it no longer needs go alone.
+    fn unexport(&self, volume: &VolumeId, recorded: Option<&str>) -> Result<(), AgentError> {
+        let tree = self.target.tree();
+        let nqns: BTreeSet<Nqn> = recorded
+            .map(str::to_owned)
+            .into_iter()
+            .chain(self.own_names(volume))
+            .filter_map(|name| Nqn::new(&name).ok())
+            .filter(|nqn| tree.exists(&format!("subsystems/{nqn}")))
+            .collect();
+        if nqns.is_empty() {
+            return Ok(());
+        }
+        // The teardown removes only the subsystems' own objects; the host
+        // objects they no longer need go alone.
         let allowed = self.beside_others(|| {
-            let allowed = self.allowed_hosts(&nqn)?;
+            let mut allowed = BTreeSet::new();
+            for nqn in &nqns {
+                allowed.extend(self.allowed_hosts(nqn)?);
+            }
             self.target.teardown(&Teardown {
-                subsystems: [nqn].into(),
+                subsystems: nqns,
                 ..Default::default()
             })?;
             Ok(allowed)
@@ -251,8 +281,8 @@ impl Exporter for NvmetExporter {
         self.alone(|| self.remove_unused_hosts(allowed))
     }
 
-    fn revalidate(&self, volume: &VolumeId) -> Result<(), AgentError> {
-        let nqn = Self::nqn(volume)?;
+    fn revalidate(&self, volume: &VolumeId, record: &ExportRecord) -> Result<(), AgentError> {
+        let nqn = Self::nqn_of(volume, record)?;
         if !self.target.tree().exists(&format!("subsystems/{nqn}")) {
             return Ok(());
         }
@@ -301,6 +331,7 @@ mod tests {
                 port: 4420,
             },
             PortId(1),
+            TargetNames::new("test").unwrap(),
         );
         let nqn = |h: &str| Nqn::new(&format!("nqn.2026-01.org.example:{h}")).unwrap();
         let t = nqn("t");

@@ -66,6 +66,7 @@ pub(crate) fn export_record(
             username: c.username,
             password: c.password,
         }),
+        target: None,
     }
 }
 

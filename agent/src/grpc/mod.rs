@@ -349,6 +349,7 @@ impl AgentService for AgentGrpc {
             address: info.listener.address.to_string(),
             port: u32::from(info.listener.port),
             lun: info.lun,
+            device_identity: info.device_identity,
         }))
     }
 

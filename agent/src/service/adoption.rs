@@ -2,7 +2,7 @@
 //! ReleaseVolume.
 use super::{blocking, describe, sized, Agent};
 use crate::{
-    adopt::{in_use, OwnExports},
+    adopt::in_use,
     backend::{Backend, BackendKind, ImportSource, VolumeState},
     error::AgentError,
     fence::{Admission, Call, Token},
@@ -96,7 +96,7 @@ impl Agent {
                     .verify_preserved_idle(&id, &backend, &pin, &txn.mark)
                     .await?;
             } else {
-                agent.unexport_all(&id).await?;
+                agent.unexport_all(&id, &txn.mark).await?;
             }
             crate::crash::point("release-unexported");
             txn.mark.fence = txn.mark.fence.end_released(token);
@@ -138,13 +138,13 @@ impl Agent {
             .path
             .clone()
             .unwrap_or_else(|| format!("/dev/{}/{}", lv.vg.as_str(), lv.name).into());
-        let own = OwnExports::of(id);
+        let own = self.own_exports(id);
         let (b, dev) = (backend.clone(), device.clone());
         let first = blocking(move || b.device_usage(&dev)).await?;
         if let Some(why) = in_use(&first, Some(&own), false) {
             return Err(refuse(why));
         }
-        self.unexport_all(id).await?;
+        self.unexport_all(id, mark).await?;
         let (b, dev) = (backend.clone(), device.clone());
         let after = blocking(move || b.device_usage(&dev)).await?;
         if let Some(why) = in_use(&after, None, true) {

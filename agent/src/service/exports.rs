@@ -2,6 +2,7 @@
 //! export steps other operations share.
 use super::{blocking, recorded, Agent};
 use crate::{
+    adopt::OwnExports,
     backend::BackendKind,
     error::AgentError,
     export::{ExportInfo, Protocol},
@@ -104,7 +105,8 @@ impl Agent {
                 .map(|_| ()),
             None => {
                 let (exporter, vid) = (self.exporter(protocol)?, id.clone());
-                blocking(move || exporter.unexport(&vid)).await
+                let target = record.target.clone();
+                blocking(move || exporter.unexport(&vid, target.as_deref())).await
             }
         };
         if let Err(undo) = undone {
@@ -116,14 +118,34 @@ impl Agent {
     }
 
     /// Removes every export of `id` that this agent's exporters could have
-    /// made, recorded or not: an export interrupted before its mark was
-    /// written is removed too.
-    pub(super) async fn unexport_all(&self, id: &VolumeId) -> Result<(), AgentError> {
-        for exporter in self.exporters.values() {
+    /// made, recorded in `mark` or not: an export interrupted before its
+    /// mark was written is removed too.
+    pub(super) async fn unexport_all(
+        &self,
+        id: &VolumeId,
+        mark: &FenceMark,
+    ) -> Result<(), AgentError> {
+        for (protocol, exporter) in &self.exporters {
+            let recorded = mark
+                .exports
+                .get(protocol.as_str())
+                .and_then(|r| r.target.clone());
             let (exporter, vid) = (exporter.clone(), id.clone());
-            blocking(move || exporter.unexport(&vid)).await?;
+            blocking(move || exporter.unexport(&vid, recorded.as_deref())).await?;
         }
         Ok(())
+    }
+
+    /// The names of every kernel object this agent's exporters may have
+    /// made for `id`: not foreign users of its device.
+    pub(super) fn own_exports(&self, id: &VolumeId) -> OwnExports {
+        OwnExports {
+            names: self
+                .exporters
+                .values()
+                .flat_map(|e| e.own_names(id))
+                .collect(),
+        }
     }
 
     /// Applies every export `mark` records for the volume at `location`.
@@ -180,6 +202,13 @@ impl Agent {
         let location = recorded(&id, &txn.mark)?;
         let device = self.device_path_of(&id, &location).await?;
         let previous = txn.mark.exports.get(protocol.as_str()).cloned();
+        // An export keeps the name it was made under (a legacy one too); a
+        // new one gets this agent's name for it.
+        let mut record = record;
+        record.target = match &previous {
+            Some(p) => p.target.clone(),
+            None => Some(self.exporter(protocol)?.new_target(&id)),
+        };
         let apply_started = Instant::now();
         let info = self
             .apply_or_undo(&id, protocol, &device, &record, previous.as_ref())
@@ -214,7 +243,12 @@ impl Agent {
         self.detached(move |agent| async move {
             let mut txn = agent.begin(&id, token.as_ref(), Call::Other).await?;
             let vid = id.clone();
-            blocking(move || exporter.unexport(&vid)).await?;
+            let recorded = txn
+                .mark
+                .exports
+                .get(protocol.as_str())
+                .and_then(|r| r.target.clone());
+            blocking(move || exporter.unexport(&vid, recorded.as_deref())).await?;
             crate::crash::point("unexport-done");
             txn.mark.exports.remove(protocol.as_str());
             txn.commit().await
@@ -319,6 +353,7 @@ mod tests {
                 username: username.into(),
                 password: password.into(),
             }),
+            target: None,
         }
     }
 

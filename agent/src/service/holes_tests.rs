@@ -158,7 +158,7 @@ async fn a_failed_acl_change_puts_the_recorded_acl_back() -> Result<(), AgentErr
     assert!(r.is_err());
     assert_eq!(
         exported(&f, "tank/v")?,
-        Some(acl()),
+        Some(exported_acl("tank/v")),
         "the kernel kept the refused ACL"
     );
     Ok(())
@@ -206,7 +206,7 @@ async fn a_released_adopted_volume_is_not_exported_without_a_new_import() -> Res
         tok("u2", 1).as_ref(),
     )
     .await?;
-    assert_eq!(exported(&f, "tank/old")?, Some(acl()));
+    assert_eq!(exported(&f, "tank/old")?, Some(exported_acl("tank/old")));
     Ok(())
 }
 

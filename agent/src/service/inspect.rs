@@ -71,13 +71,13 @@ impl Inspection {
             exports.push(ObservedExport {
                 protocol: Protocol::NvmeofTcp,
                 target_id: n.subsystem.clone(),
-                managed: n.subsystem == self.own.nqn && recorded(Protocol::NvmeofTcp).is_some(),
+                managed: self.own.contains(&n.subsystem) && recorded(Protocol::NvmeofTcp).is_some(),
                 allowed_hosts,
                 allow_any_host,
             });
         }
         for l in &self.usage.lio {
-            let own = if l.name == self.own.lio_object {
+            let own = if self.own.contains(&l.name) {
                 recorded(Protocol::Iscsi)
             } else {
                 None
@@ -161,7 +161,7 @@ impl Agent {
             .path
             .clone()
             .unwrap_or_else(|| format!("/dev/{}/{}", lv.vg.as_str(), lv.name).into());
-        let own = OwnExports::of(id);
+        let own = self.own_exports(id);
         let b = backend.clone();
         let (usage, probe, allowed) = blocking(move || {
             let u = b.device_usage(&device)?;

@@ -186,6 +186,12 @@ impl Exporter for SimExporter {
     fn check_initiator(&self, i: &str) -> Result<(), AgentError> {
         nvmet::Nqn::new(i).map(|_| ()).map_err(AgentError::from)
     }
+    fn new_target(&self, v: &VolumeId) -> String {
+        format!("sim:{v}")
+    }
+    fn own_names(&self, v: &VolumeId) -> Vec<String> {
+        vec![self.new_target(v)]
+    }
     fn export(&self, v: &VolumeId, _: &Path, r: &ExportRecord) -> Result<ExportInfo, AgentError> {
         self.started
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -204,22 +210,23 @@ impl Exporter for SimExporter {
             ));
         }
         Ok(ExportInfo {
-            target_id: v.to_string(),
+            target_id: r.target.clone().unwrap_or_else(|| v.to_string()),
             listener: Listener {
                 address: [127, 0, 0, 1].into(),
                 port: 4420,
             },
             lun: 1,
+            device_identity: format!("identity of {v}"),
         })
     }
-    fn unexport(&self, v: &VolumeId) -> Result<(), AgentError> {
+    fn unexport(&self, v: &VolumeId, _: Option<&str>) -> Result<(), AgentError> {
         self.exports
             .lock()
             .map_err(|_| AgentError::Internal("poison".into()))?
             .remove(v.as_str());
         Ok(())
     }
-    fn revalidate(&self, _: &VolumeId) -> Result<(), AgentError> {
+    fn revalidate(&self, _: &VolumeId, _: &ExportRecord) -> Result<(), AgentError> {
         Ok(())
     }
     fn health(&self) -> Result<(), AgentError> {
@@ -283,11 +290,21 @@ pub fn tok(uid: &str, generation: u64) -> Option<Token> {
 /// A host NQN.
 pub const HOST: &str = "nqn.2026-01.org.example:host";
 
+/// [`acl`] as the simulator's kernel holds it for volume `v`: under the
+/// target name the agent gave the export.
+pub fn exported_acl(v: &str) -> ExportRecord {
+    ExportRecord {
+        target: Some(format!("sim:{v}")),
+        ..acl()
+    }
+}
+
 /// An export record admitting [`HOST`] only.
 pub fn acl() -> ExportRecord {
     ExportRecord {
         acl: true,
         allowed_initiators: [HOST.to_owned()].into(),
         chap: None,
+        target: None,
     }
 }

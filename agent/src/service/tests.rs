@@ -245,6 +245,7 @@ async fn bad_input_is_refused_before_anything() -> Result<(), AgentError> {
         acl: true,
         allowed_initiators: ["not an nqn".to_owned()].into(),
         chap: None,
+        target: None,
     };
     let r = a
         .export_volume(
@@ -295,7 +296,7 @@ async fn restart_recreates_exports_and_skips_corrupt_marks() -> Result<(), Agent
         .map_err(|_| AgentError::Internal("poison".into()))?
         .get("tank/a")
         .cloned();
-    assert_eq!(restored, Some(acl()));
+    assert_eq!(restored, Some(exported_acl("tank/a")));
     let corrupt = a
         .unexport_volume("tank/b", Protocol::NvmeofTcp, tok("tank/b", 1).as_ref())
         .await;
@@ -404,5 +405,108 @@ async fn denying_an_initiator_of_a_volume_not_exported_succeeds_and_fences(
     )
     .await?;
     assert_eq!(a.marks().volume_ids()?, vec!["tank/v".to_owned()]);
+    Ok(())
+}
+
+/// Issue 39, hole 6: a new export is made under the agent's own target
+/// name and the mark records it; an export a mark records without a name
+/// (written before names carried the agent) keeps the legacy name through
+/// ACL changes, re-exports and a restart's reconcile, so no upgrade renames
+/// a live target under its hosts.
+#[tokio::test]
+async fn exports_keep_the_target_name_they_were_made_under() -> Result<(), AgentError> {
+    let f = fixture();
+    let a = &f.agent;
+    let kernel = |v: &str| {
+        f.exporter
+            .exports
+            .lock()
+            .map_err(|_| AgentError::Internal("poison".into()))
+            .map(|e| e.get(v).and_then(|r| r.target.clone()))
+    };
+    a.create_volume(
+        "tank/new",
+        None,
+        10,
+        CreateOptions::default(),
+        tok("n", 1).as_ref(),
+    )
+    .await?;
+    let info = a
+        .export_volume(
+            "tank/new",
+            None,
+            Protocol::NvmeofTcp,
+            acl(),
+            tok("n", 1).as_ref(),
+        )
+        .await?;
+    assert_eq!(info.target_id, "sim:tank/new");
+    assert_eq!(kernel("tank/new")?.as_deref(), Some("sim:tank/new"));
+    let mark = a
+        .marks()
+        .load("tank/new")?
+        .ok_or_else(|| AgentError::Internal("no mark".into()))?;
+    assert_eq!(
+        mark.exports["nvmeof-tcp"].target.as_deref(),
+        Some("sim:tank/new")
+    );
+
+    a.create_volume(
+        "tank/old",
+        None,
+        10,
+        CreateOptions::default(),
+        tok("o", 1).as_ref(),
+    )
+    .await?;
+    a.export_volume(
+        "tank/old",
+        None,
+        Protocol::NvmeofTcp,
+        acl(),
+        tok("o", 1).as_ref(),
+    )
+    .await?;
+    // The mark as an agent before this change wrote it: no target name.
+    let file = a
+        .marks()
+        .dir()
+        .join(format!("{}.mark.json", crate::marks::encode("tank/old")));
+    let text = std::fs::read_to_string(&file).map_err(|e| AgentError::Internal(e.to_string()))?;
+    let mut json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| AgentError::Internal(e.to_string()))?;
+    let record = json["exports"]["nvmeof-tcp"]
+        .as_object_mut()
+        .ok_or_else(|| AgentError::Internal(format!("no export in {text}")))?;
+    assert_eq!(record.remove("target"), Some("sim:tank/old".into()));
+    std::fs::write(&file, json.to_string()).map_err(|e| AgentError::Internal(e.to_string()))?;
+    a.set_initiator(
+        "tank/old",
+        Protocol::NvmeofTcp,
+        "nqn.2026-01.org.example:b",
+        true,
+        tok("o", 1).as_ref(),
+    )
+    .await?;
+    assert_eq!(kernel("tank/old")?, None, "the legacy name is kept");
+    let info = a
+        .export_volume(
+            "tank/old",
+            None,
+            Protocol::NvmeofTcp,
+            acl(),
+            tok("o", 1).as_ref(),
+        )
+        .await?;
+    assert_eq!(info.target_id, "tank/old", "the simulator's legacy name");
+    f.exporter
+        .exports
+        .lock()
+        .map_err(|_| AgentError::Internal("poison".into()))?
+        .clear();
+    assert_eq!(a.reconcile_from_marks().await?.applied, 2);
+    assert_eq!(kernel("tank/old")?, None);
+    assert_eq!(kernel("tank/new")?.as_deref(), Some("sim:tank/new"));
     Ok(())
 }

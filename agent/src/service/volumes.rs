@@ -171,7 +171,7 @@ impl Agent {
     ) -> Result<(), AgentError> {
         let id = txn.id.clone();
         let mark = txn.mark.clone();
-        self.unexport_all(&id).await?;
+        self.unexport_all(&id, &mark).await?;
         crate::crash::point("delete-unexported");
         txn.mark.exports.clear();
         if mark.adopted.as_ref().is_some_and(AdoptedSource::preserves) {
@@ -245,10 +245,13 @@ impl Agent {
         let record = recorded(&id, &txn.mark)?;
         let size = blocking(move || backend.expand(&record, bytes)).await?;
         crate::crash::point("expand-backend-done");
-        for protocol in txn.mark.exports.keys().filter_map(|p| Protocol::parse(p)) {
+        for (name, record) in &txn.mark.exports {
+            let Some(protocol) = Protocol::parse(name) else {
+                continue;
+            };
             let exporter = self.exporter(protocol)?;
-            let vid = id.clone();
-            blocking(move || exporter.revalidate(&vid)).await?;
+            let (vid, record) = (id.clone(), record.clone());
+            blocking(move || exporter.revalidate(&vid, &record)).await?;
         }
         txn.commit().await?;
         Ok(size)

@@ -7,7 +7,7 @@ use pillar_csi_agent::{
     backend::{Backend, ImportSource, LvmBackend, VolumeState, ZfsBackend},
     config::Listener,
     error::AgentError,
-    export::{Exporter, LioExporter, NvmetExporter},
+    export::{Exporter, LioExporter, NvmetExporter, TargetNames},
     fence::Token,
     marks::MarkStore,
     service::Agent,
@@ -23,6 +23,8 @@ pub mod grpc;
 
 pub type R = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
+/// The name the lab's in-process agents give their export targets.
+pub const AGENT_NAME: &str = "lab-storage";
 pub const HOST_NQN: &str = "nqn.2026-01.com.bhyoo.pillar-csi.lab:adopt-host";
 
 pub fn sh(script: &str) -> String {
@@ -74,6 +76,7 @@ pub fn agent_on(
                 port: nvme_port,
             },
             port_id,
+            TargetNames::new(AGENT_NAME).unwrap(),
         )),
         Arc::new(LioExporter::new(
             lio::Lio::open().unwrap(),
@@ -81,6 +84,7 @@ pub fn agent_on(
                 address: local,
                 port: 3260,
             },
+            TargetNames::new(AGENT_NAME).unwrap(),
         )),
     ];
     let marks = MarkStore::open(state.path().join("agent")).unwrap();

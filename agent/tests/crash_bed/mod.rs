@@ -300,18 +300,25 @@ impl Bed {
         Ok(c)
     }
 
-    /// Removes the case's exports from configfs behind the agent's back.
+    /// Removes the case's exports from configfs behind the agent's back
+    /// (whatever agent name their targets carry: they end in the volume's
+    /// part).
     pub fn wipe_exports(&self, c: &Case) -> R {
         let id = pillar_csi_agent::volume::VolumeId::parse(&c.id)?;
-        let nqn = pillar_csi_agent::export::NvmetExporter::nqn(&id)?;
-        nvmet::Nvmet::open()?.teardown(&nvmet::Teardown {
-            subsystems: [nqn].into(),
+        let suffix = format!(":{}", id.target_suffix());
+        let nvmet = nvmet::Nvmet::open()?;
+        let subsystems = nvmet.read()?.subsystems.into_keys();
+        nvmet.teardown(&nvmet::Teardown {
+            subsystems: subsystems
+                .filter(|n| n.as_str().ends_with(&suffix))
+                .collect(),
             ..Default::default()
         })?;
-        let (iqn, object) = pillar_csi_agent::export::LioExporter::names(&id)?;
-        lio::Lio::open()?.teardown(&lio::Teardown {
-            targets: [iqn].into(),
-            storage_objects: [object].into(),
+        let lio = lio::Lio::open()?;
+        let targets = lio.read()?.targets.into_keys();
+        lio.teardown(&lio::Teardown {
+            targets: targets.filter(|n| n.as_str().ends_with(&suffix)).collect(),
+            storage_objects: [pillar_csi_agent::export::LioExporter::object(&id)?].into(),
         })?;
         Ok(())
     }
