@@ -122,6 +122,20 @@ if ! go version -m "$gobin/csi-sanity" 2>/dev/null | grep -q 'csi-test/v5[[:spac
   mkdir -p "$gobin"
   GOTOOLCHAIN=local GOBIN="$gobin" go install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@v5.4.0
 fi
+# grpcurl and csc, the independent gRPC clients of the CSI endpoints' test
+# (src/tests/unix_authority.rs), into the same cache folder. grpcurl v1.8.9:
+# the last release whose -unix dials the socket (1.9's dialer ignores it) and
+# that sends the socket's path, percent-encoded, as :authority. csc from gocsi
+# v1.2.2, built in scripts/csc/, whose go.sum pins its modules.
+if ! go version -m "$gobin/grpcurl" 2>/dev/null | grep -q 'fullstorydev/grpcurl[[:space:]]*v1.8.9'; then
+  mkdir -p "$gobin"
+  GOTOOLCHAIN=local GOBIN="$gobin" go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.8.9
+fi
+if ! go version -m "$gobin/csc" 2>/dev/null | grep -q 'rexray/gocsi[[:space:]]*v1.2.2'; then
+  mkdir -p "$gobin"
+  (cd "$(dirname "$0")/csc" && GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" \
+    go build -o "$gobin/csc" github.com/rexray/gocsi/csc)
+fi
 # `make fuzz`: cargo-fuzz, with the nightly toolchain the machine's rustup
 # carries (installed through rustup when it is missing).
 export PATH="$HOME/.cargo/bin:$PATH"

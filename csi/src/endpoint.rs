@@ -1,5 +1,16 @@
 //! Serving CSI services on the unix socket kubelet and the sidecars dial
 //! (`unix:///csi/csi.sock`).
+//!
+//! Any `:authority` is served. Clients on a unix socket send the socket's
+//! path in some form (`/csi/csi.sock`, `%2Fcsi%2Fcsi.sock`,
+//! `unix:///csi/csi.sock`: grpc-java, grpcurl, csc, Python grpc, older
+//! kubelets), `localhost`, or nothing, and h2 resets a request whose
+//! authority is not a URI authority (hyperium/h2#487). Nothing here can
+//! intervene before h2 does, short of re-encoding HPACK on the socket, so
+//! the workspace builds a patched h2 (`vendor/h2`, `[patch.crates-io]`)
+//! that serves such a request as if it had no authority and refuses every
+//! other malformed request as before; `vendor/README.md` says why, and
+//! `src/tests/unix_authority.rs` runs those clients against both endpoints.
 use crate::identity::IdentityService;
 use crate::node::{service::NodeService, Node};
 use pillar_csi_proto::csi::v1::{
