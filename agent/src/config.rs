@@ -479,5 +479,14 @@ mod tests {
             .contains("--insecure-plaintext"));
         c.insecure_plaintext = true;
         assert!(c.validate().is_ok());
+        c.name = Some("__".into());
+        let e = c
+            .validate()
+            .expect_err("a name with nothing to name targets by");
+        assert!(e.to_string().contains("agent name \"__\""), "{e}");
+        c.name = Some("storage-1".into());
+        assert!(c.validate().is_ok());
+        let file = AgentConfig::from_yaml("name: storage-2\n").expect("name key");
+        assert_eq!(file.name.as_deref(), Some("storage-2"));
     }
 }

@@ -8,6 +8,7 @@
 //! | `port` | the target's TCP port |
 //! | `target` | the subsystem NQN (NVMe/TCP) or the target IQN (iSCSI) |
 //! | `lun` | the namespace ID (NVMe/TCP) or the LUN (iSCSI) |
+//! | `deviceIdentity` | optional: the identity the export shows, the NVMe namespace UUID or the LUN's T10 unit serial; the node refuses a disk that shows another |
 //!
 //! iSCSI CHAP credentials (`chapUsername`, `chapPassword`, both or neither)
 //! travel in NodeStageVolume's `secrets` (the StorageClass's
@@ -28,6 +29,8 @@ pub const PORT: &str = "port";
 pub const TARGET: &str = "target";
 /// The key of the namespace ID or LUN.
 pub const LUN: &str = "lun";
+/// The key of the identity the exported device shows (optional).
+pub const DEVICE_IDENTITY: &str = "deviceIdentity";
 /// The key of the iSCSI CHAP user name, in NodeStageVolume's secrets.
 pub const CHAP_USERNAME: &str = "chapUsername";
 /// The key of the iSCSI CHAP password, in NodeStageVolume's secrets.
@@ -91,6 +94,10 @@ pub struct PublishContext {
     pub target: String,
     /// The namespace ID or the LUN.
     pub lun: u32,
+    /// The identity the exported device shows initiators (the namespace
+    /// UUID, the LUN's unit serial), when the agent told it: the disk the
+    /// node finds must show it.
+    pub device_identity: Option<String>,
     /// iSCSI CHAP, when the target requires it: from NodeStageVolume's
     /// secrets ([`Chap::from_secrets`]), never from the map.
     pub chap: Option<Chap>,
@@ -155,19 +162,24 @@ impl PublishContext {
             port: parse(map, PORT)?,
             target: get(map, TARGET)?.to_owned(),
             lun: parse(map, LUN)?,
+            device_identity: get(map, DEVICE_IDENTITY).ok().map(str::to_owned),
             chap: None,
         })
     }
 
     /// Writes the map CSI carries (CHAP is never in it).
     pub fn to_map(&self) -> HashMap<String, String> {
-        HashMap::from([
+        let mut map = HashMap::from([
             (PROTOCOL.to_owned(), self.protocol.as_str().to_owned()),
             (ADDRESS.to_owned(), self.address.to_string()),
             (PORT.to_owned(), self.port.to_string()),
             (TARGET.to_owned(), self.target.clone()),
             (LUN.to_owned(), self.lun.to_string()),
-        ])
+        ]);
+        if let Some(identity) = &self.device_identity {
+            map.insert(DEVICE_IDENTITY.to_owned(), identity.clone());
+        }
+        map
     }
 }
 
@@ -182,6 +194,7 @@ mod tests {
             port: 4420,
             target: "nqn.2026-01.com.bhyoo.pillar-csi:tank.pvc-1".into(),
             lun: 1,
+            device_identity: Some("8d1e6a1c-0c4f-8e2a-9b1d-2f0c3a4b5c6d".into()),
             chap: None,
         }
     }
@@ -198,6 +211,10 @@ mod tests {
         });
         assert!(!c.to_map().contains_key(CHAP_PASSWORD), "no secret written");
         c.chap = None;
+        assert_eq!(PublishContext::from_map(&c.to_map()), Ok(c.clone()));
+        // A controller that does not tell the identity.
+        c.device_identity = None;
+        assert!(!c.to_map().contains_key(DEVICE_IDENTITY));
         assert_eq!(PublishContext::from_map(&c.to_map()), Ok(c));
     }
 

@@ -260,7 +260,13 @@ async fn a_volume_is_provisioned_published_unpublished_expanded_and_deleted() ->
     assert_eq!(context.protocol, api::tokens::Protocol::NvmeofTcp);
     assert_eq!(context.address.to_string(), "127.0.0.1");
     assert_eq!((context.port, context.lun), (4420, 1));
-    assert_eq!(context.target, format!("tank/{name}"));
+    // The agent's target name and the identity its export shows reach the
+    // node through the publish context.
+    assert_eq!(context.target, format!("sim:tank/{name}"));
+    assert_eq!(
+        context.device_identity,
+        Some(format!("identity of tank/{name}"))
+    );
     let agent_volume = format!("tank/{name}");
     assert_eq!(exported_initiators(&bed, &agent_volume), [NQN_A]);
     let record = state(&bed, &name).await?.ok_or("no record")?;

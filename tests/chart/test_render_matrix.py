@@ -83,7 +83,15 @@ def test_extra_args_are_appended_to_the_agent():
     flag = "--recovery-trust-anchor=/var/lib/pillar-csi/agent/recovery-trust-anchor.pem"
     objects = render({"agent": {"extraArgs": [flag]}})
     args = container(one(objects, "DaemonSet", "pillar-csi-agent"), "agent")["args"]
-    assert args == ["agent", "--config=/etc/pillar-csi/config.yaml", flag]
+    assert args == ["agent", "--config=/etc/pillar-csi/config.yaml", "--name=$(NODE_NAME)", flag]
+
+
+def test_the_agent_is_named_for_its_node():
+    """Its export targets' names carry it: unique per storage node."""
+    agent = container(one(render({}), "DaemonSet", "pillar-csi-agent"), "agent")
+    assert "--name=$(NODE_NAME)" in agent["args"]
+    env = {e["name"]: e for e in agent["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
 def test_name_and_namespace_overrides_rename_everything_namespaced():

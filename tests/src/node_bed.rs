@@ -174,7 +174,7 @@ impl Bench {
             })
             .await?
             .into_inner();
-        Ok(HashMap::from([
+        let mut context = HashMap::from([
             (
                 "protocol".to_owned(),
                 if v.protocol == NVME {
@@ -188,7 +188,11 @@ impl Bench {
             ("port".to_owned(), e.port.to_string()),
             ("target".to_owned(), e.target_id),
             ("lun".to_owned(), e.lun.to_string()),
-        ]))
+        ]);
+        if !e.device_identity.is_empty() {
+            context.insert("deviceIdentity".to_owned(), e.device_identity);
+        }
+        Ok(context)
     }
 
     /// Unexports `v`.

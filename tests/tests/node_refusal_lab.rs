@@ -1,8 +1,9 @@
 //! The node plugin refuses what it must not touch and repeats what it may:
 //! a device holding another filesystem or a partition table is never
 //! formatted, nor is a volume holding existing data that probes blank (and
-//! the refused Stage leaves nothing behind); repeated calls
-//! succeed and conflicting ones are ALREADY_EXISTS.
+//! the refused Stage leaves nothing behind), nor a disk that shows another
+//! export's identity; repeated calls succeed and conflicting ones are
+//! ALREADY_EXISTS.
 //!
 //! Run with `tests/lab/run tests -- node_`.
 use pillar_csi_lab::{
@@ -307,5 +308,74 @@ async fn node_a_failed_stage_leaves_the_node_as_it_found_it() -> Result<()> {
     assert_eq!(records(&b.plugin.state_dir)?, 0, "no staging record left");
     run("nvme", &["disconnect", "-n", &nqn])?;
     b.delete(&v).await?;
+    Ok(())
+}
+
+/// Issue 39, hole 6. Two storage nodes exporting one volume ID once showed
+/// hosts one target name, and a host could reach one node's disk for the
+/// other's volume. Target names now carry the agent's name, and ExportVolume
+/// answers the identity the exported device shows (the publish context's
+/// `deviceIdentity`). Here the node is sent, for volume X's target, the
+/// identity of volume Y (what a controller holds when the disk found under
+/// a target name is another storage node's): Stage is refused
+/// FAILED_PRECONDITION naming both identities, the connection it made is
+/// ended, nothing is formatted or mounted, and no record stays; with X's own
+/// identity the same Stage succeeds. Over NVMe/TCP and iSCSI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn node_refuses_a_disk_that_shows_another_exports_identity() -> Result<()> {
+    let mut b = Bench::new("node-identity").await?;
+    let mut n = b.plugin.node().await?;
+    for protocol in [NVME, ISCSI] {
+        let x = b.volume(ZVOL, protocol, 32 << 20).await?;
+        let y = b.volume(ZVOL, protocol, 32 << 20).await?;
+        let target = x.context["target"].clone();
+        let prefix = if protocol == NVME {
+            "nqn.2026-01.com.bhyoo.pillar-csi:"
+        } else {
+            "iqn.2026-01.com.bhyoo.pillar-csi:"
+        };
+        let named = target.strip_prefix(prefix).unwrap_or_default();
+        assert!(
+            named.split(':').count() == 2 && !named.starts_with(':'),
+            "the target name carries the agent's name: {target}"
+        );
+        let (want, other) = (&x.context["deviceIdentity"], &y.context["deviceIdentity"]);
+        assert_ne!(want, other, "two volumes, two identities");
+
+        let staging = b.path("staging");
+        let mut swapped = stage_req(&x, &staging, mount_cap("ext4"));
+        swapped
+            .publish_context
+            .insert("deviceIdentity".into(), other.clone());
+        let e = n
+            .node_stage_volume(swapped)
+            .await
+            .expect_err("a disk showing another export's identity is refused");
+        assert_eq!(e.code(), Code::FailedPrecondition, "{e}");
+        assert!(
+            e.message().contains(other.as_str()) && e.message().contains("shows identity"),
+            "{e}"
+        );
+        assert!(
+            !connected(&x),
+            "the connection the refused Stage made is ended"
+        );
+        assert_eq!(mounted(&staging)?, None);
+        assert_eq!(records(&b.plugin.state_dir)?, 0, "no staging record stays");
+        let probe = std::process::Command::new("blkid")
+            .args(["-p", "-o", "value", "-s", "TYPE"])
+            .arg(&x.device)
+            .output()?;
+        assert!(probe.stdout.is_empty(), "nothing was formatted: {probe:?}");
+
+        n.node_stage_volume(stage_req(&x, &staging, mount_cap("ext4")))
+            .await?;
+        assert!(mounted(&staging)?.is_some());
+        n.node_unstage_volume(unstage_req(&x, &staging)).await?;
+        assert!(!connected(&x));
+        b.delete(&x).await?;
+        b.delete(&y).await?;
+    }
     Ok(())
 }

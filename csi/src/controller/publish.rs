@@ -190,6 +190,7 @@ impl Controller {
             port: u16::try_from(exported.port).unwrap_or(0),
             target: exported.target_id,
             lun: exported.lun,
+            device_identity: Some(exported.device_identity).filter(|i| !i.is_empty()),
             chap: None,
         }
         .to_map())

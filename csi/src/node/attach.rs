@@ -1,5 +1,6 @@
 //! Attaching a volume's device to this node and letting go of it, over
 //! either protocol: the publish context in, a device node out.
+use super::disk_identity;
 use super::error::{Error, Kind, Result};
 use super::iscsi::{self, IscsiHost};
 use super::nvme::{self, HostIdentity, NvmeHost};
@@ -156,6 +157,7 @@ impl Attacher {
                 self.nvme.namespace_disk(&ctx.target, ctx.lun, &ctrl)
             })
         });
+        let device = device.and_then(|d| self.check_identity(ctx, d));
         Attach { made, device }
     }
 
@@ -187,7 +189,30 @@ impl Attacher {
                     .find_map(|s| self.iscsi.lun_disk(s, ctx.lun))
             })
         });
+        let device = device.and_then(|d| self.check_identity(ctx, d));
         Attach { made, device }
+    }
+
+    /// `device`, once its disk shows the identity the export told (when
+    /// it told one): a disk that shows another is not this volume's.
+    fn check_identity(&self, ctx: &PublishContext, device: PathBuf) -> Result<PathBuf> {
+        let Some(want) = &ctx.device_identity else {
+            return Ok(device);
+        };
+        let disk = device
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match disk_identity::of(&self.nvme.sys, ctx.protocol, &disk) {
+            Some(have) if disk_identity::matches(&have, want) => Ok(device),
+            have => Err(Error::precondition(format!(
+                "{} (LUN {} of {}) shows identity {}, the export serves {want}: it is another volume's disk under the same target name (two storage nodes exporting one name?); nothing was formatted or mounted",
+                device.display(),
+                ctx.lun,
+                ctx.target,
+                have.as_deref().unwrap_or("none")
+            ))),
+        }
     }
 
     /// Ends the connection a record used (disconnects the NVMe controllers

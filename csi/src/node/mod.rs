@@ -15,6 +15,7 @@
 //! ends a connection cannot race a Stage that reuses it.
 pub mod attach;
 pub mod command;
+pub mod disk_identity;
 pub mod error;
 pub mod format;
 pub mod initiator;
