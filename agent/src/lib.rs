@@ -37,6 +37,6 @@ pub mod tls;
 pub mod volume;
 
 #[cfg(test)]
-mod readme_tests;
+mod docs_tests;
 #[cfg(test)]
 mod server_tests;

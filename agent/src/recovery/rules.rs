@@ -1,7 +1,7 @@
 //! The checks of a TransferVolumeOwnership that need no lock: both
 //! signatures, the digest, the windows and the agreement of the grant with
-//! the snapshot. Each refusal has its own message (the README's "Recovery
-//! refusals" table), in the order they are checked.
+//! the snapshot. Each refusal has its own message (docs/recovery.md, "Refusals,
+//! From the agent"), in the order they are checked.
 use super::{authorization_bytes, hex, snapshot_bytes, snapshot_digest, Recovery};
 use pillar_csi_proto::agent::v1 as pb;
 use std::time::{Duration, SystemTime};

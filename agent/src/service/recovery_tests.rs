@@ -1,6 +1,6 @@
 //! TransferVolumeOwnership's refusals over the simulator, each from its real
-//! cause and each shown to write nothing: the rows of the README's recovery
-//! table that the lab's `refusals` test (windows, keys, digest, export,
+//! cause and each shown to write nothing: the rows of docs/recovery.md's agent
+//! refusal table that the lab's `refusals` test (windows, keys, digest, export,
 //! mount, an ended lifecycle) does not produce. Snapshots are the ones
 //! InspectVolume signs for a verified caller; grants are signed with the
 //! trust anchor's key (`recovery::testkit`).

@@ -1,10 +1,12 @@
-//! The README's refusal tables against the code: every FAILED_PRECONDITION
-//! message the agent's import, release, expand, export and initiator paths
-//! can produce must appear in the README, piece by piece (the text between
-//! its placeholders), so a refusal added to the code without its row fails
-//! here.
+//! The guides' refusal tables against the code: every FAILED_PRECONDITION
+//! message the agent's import, release, expand, export, initiator and
+//! recovery paths can produce must appear in the operator's guides under
+//! `docs/`, piece by piece (the text between its placeholders), so a refusal
+//! added to the code without its row fails here. The recovery rules must be
+//! in `docs/recovery.md` itself, where an operator reading a refused recovery
+//! looks.
 
-/// The files whose refusals the README documents, with their names for messages.
+/// The files whose refusals the guides document, with their names for messages.
 const SOURCES: [(&str, &str); 9] = [
     ("backend/zfs.rs", include_str!("backend/zfs.rs")),
     ("backend/lvm.rs", include_str!("backend/lvm.rs")),
@@ -27,7 +29,24 @@ const RULES: [(&str, &str); 2] = [
 /// Calls whose `format!` builds a recovery rule's refusal.
 const RULE_MARKERS: [&str; 2] = ["Err(", "differs("];
 
-const README: &str = include_str!("../../README.md");
+/// The guides that hold the agent's refusal tables.
+const GUIDES: [(&str, &str); 4] = [
+    ("docs/import-zvol.md", include_str!("../../docs/import-zvol.md")),
+    ("docs/adopt-lv.md", include_str!("../../docs/adopt-lv.md")),
+    ("docs/recovery.md", include_str!("../../docs/recovery.md")),
+    (
+        "docs/troubleshooting.md",
+        include_str!("../../docs/troubleshooting.md"),
+    ),
+];
+
+/// The guide an operator reads for a refused recovery.
+const RECOVERY_GUIDE: &str = include_str!("../../docs/recovery.md");
+
+/// A guide's text as a reader of its tables sees it (`\|` is a `|`).
+fn unescaped(text: &str) -> String {
+    text.replace("\\|", "|")
+}
 
 /// Calls whose `format!` builds a refusal message.
 const MARKERS: [&str; 4] = [
@@ -127,25 +146,34 @@ fn pieces(format: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn the_readme_lists_every_refusal_the_code_can_produce() {
-    let readme = README.replace("\\|", "|");
+/// The pieces of `formats` that `text` lacks, each with its file and format.
+fn missing_in(text: &str, name: &str, formats: &[String]) -> Vec<String> {
     let mut missing = Vec::new();
-    let mut seen = 0;
-    let scans = SOURCES.iter().map(|(n, s)| (n, refusal_formats(s))).chain(
-        RULES
-            .iter()
-            .map(|(n, s)| (n, formats_after(s, &RULE_MARKERS))),
-    );
-    for (name, formats) in scans {
-        for format in formats {
-            seen += 1;
-            for piece in pieces(&format) {
-                if !readme.contains(&piece) {
-                    missing.push(format!("{name}: {piece:?} (of {format:?})"));
-                }
+    for format in formats {
+        for piece in pieces(format) {
+            if !text.contains(&piece) {
+                missing.push(format!("{name}: {piece:?} (of {format:?})"));
             }
         }
+    }
+    missing
+}
+
+#[test]
+fn the_guides_list_every_refusal_the_code_can_produce() {
+    let guides: String = GUIDES.iter().map(|(_, text)| unescaped(text)).collect();
+    let recovery = unescaped(RECOVERY_GUIDE);
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for (name, source) in SOURCES {
+        let formats = refusal_formats(source);
+        seen += formats.len();
+        missing.extend(missing_in(&guides, name, &formats));
+    }
+    for (name, source) in RULES {
+        let formats = formats_after(source, &RULE_MARKERS);
+        seen += formats.len();
+        missing.extend(missing_in(&recovery, name, &formats));
     }
     assert!(
         seen >= 30,
@@ -153,9 +181,21 @@ fn the_readme_lists_every_refusal_the_code_can_produce() {
     );
     assert!(
         missing.is_empty(),
-        "refusals missing from README.md:\n{}",
+        "refusals missing from the guides ({}; recovery rules from docs/recovery.md):\n{}",
+        GUIDES.map(|(name, _)| name).join(", "),
         missing.join("\n")
     );
+}
+
+#[test]
+fn every_guide_holds_a_refusal_table() {
+    for (name, text) in GUIDES {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("| `") && l.contains("refused")),
+            "{name} has no refusal table row"
+        );
+    }
 }
 
 #[test]
