@@ -30,7 +30,7 @@
 use libfuzzer_sys::fuzz_target;
 use pillar_csi_agent::{
     config::Listener,
-    export::{Exporter, LioExporter, NvmetExporter},
+    export::{Exporter, LioExporter, NvmetExporter, TargetNames},
     grpc::AgentGrpc,
     marks::MarkStore,
     service::{sim::SimBackend, sim_lvm::SimLvm, Agent},
@@ -69,11 +69,13 @@ fn harness() -> &'static Harness {
                 nvmet::Nvmet::with_tree(configfs::Tree::at(nowhere.join("nvmet"))),
                 listener,
                 nvmet::PortId(1),
+                TargetNames::new("fuzz").expect("agent name"),
             )),
             Arc::new(LioExporter::new(
                 lio::Lio::with_tree(configfs::Tree::at(nowhere.join("target")))
                     .with_lock_file(dir.path().join("lio.lock")),
                 listener,
+                TargetNames::new("fuzz").expect("agent name"),
             )),
         ];
         let agent = Agent::new(
