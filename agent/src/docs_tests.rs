@@ -31,7 +31,10 @@ const RULE_MARKERS: [&str; 2] = ["Err(", "differs("];
 
 /// The guides that hold the agent's refusal tables.
 const GUIDES: [(&str, &str); 4] = [
-    ("docs/import-zvol.md", include_str!("../../docs/import-zvol.md")),
+    (
+        "docs/import-zvol.md",
+        include_str!("../../docs/import-zvol.md"),
+    ),
     ("docs/adopt-lv.md", include_str!("../../docs/adopt-lv.md")),
     ("docs/recovery.md", include_str!("../../docs/recovery.md")),
     (
