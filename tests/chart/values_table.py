@@ -1,6 +1,6 @@
-"""The README's values table, made from values.yaml: each chart key (one the
+"""docs/install.md's values table, made from values.yaml: each chart key (one the
 schema names), its default and the comment above it. Run this file to print
-the table; test_readme.py holds the README to it."""
+the table; test_values_table.py holds docs/install.md to it."""
 import json
 import re
 
