@@ -1,7 +1,7 @@
 //! Fencing: the rules that decide whether a mutating request may act on a volume.
 //!
 //! Every mutating RPC carries a token `(volume_uid, generation)`. The agent
-//! keeps one [`FenceMark`] per volume ID and admits a request only when:
+//! keeps one [`FenceMark`](crate::marks::FenceMark) per volume ID and admits a request only when:
 //!
 //! 1. it carries a token with a non-empty `volume_uid`;
 //! 2. no lifecycle is recorded, or the recorded one has ended and the token's

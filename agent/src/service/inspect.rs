@@ -34,7 +34,7 @@ pub struct Inspection {
 pub struct ObservedExport {
     /// The target.
     pub protocol: Protocol,
-    /// Subsystem NQN (nvmet) or "<hba>/<storage object>" (LIO).
+    /// Subsystem NQN (nvmet) or `<hba>/<storage object>` (LIO).
     pub target_id: String,
     /// The agent's own export, recorded in the mark.
     pub managed: bool,

@@ -1,7 +1,7 @@
 //! The agent's operations, independent of gRPC: validation, fencing under
 //! the volume's lock, the backend and export work, and the durable mark.
 //!
-//! Every mutating operation follows the same order, owned by [`txn`]: check
+//! Every mutating operation follows the same order, owned by `txn`: check
 //! the request (bad input changes nothing), take the volume's lock, load its
 //! mark, admit the fencing token (a refusal changes nothing), do the work on
 //! blocking threads, then write the mark. The whole operation runs in a task

@@ -4,7 +4,7 @@
 //! - [`initiator`]: the host NQN and initiator IQN (created when missing);
 //! - [`nvme`], [`iscsi`]: the two initiators ([`iscsi_secret`]: the CHAP
 //!   secret kept off iscsiadm's command line); [`attach`] over both;
-//! - [`format`]: the libblkid probe and mkfs of blank devices only;
+//! - [`format`](mod@format): the libblkid probe and mkfs of blank devices only;
 //! - [`mounts`]: mount(2), bind mounts and the mount table;
 //! - [`record`]: per-volume staging records, written atomically;
 //! - [`stage`], [`publish`], [`volume`]: the RPCs' work, synchronous;
