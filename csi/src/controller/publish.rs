@@ -25,6 +25,7 @@ use pillar_csi_proto::agent::v1 as agent;
 use pillar_csi_proto::csi::v1 as csi;
 use pillar_csi_proto::csi::v1::volume_capability::access_mode::Mode;
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 fn initiator(node: &NodeId, protocol: Protocol) -> String {
     match protocol {
@@ -40,6 +41,35 @@ fn initiators(nodes: &[PublishedNode], protocol: Protocol) -> Vec<String> {
         .filter_map(|n| NodeId::parse(&n.node_id).ok())
         .map(|n| initiator(&n, protocol))
         .collect()
+}
+
+/// Where initiators reach an export: the address ExportVolume answered, or,
+/// when the agent listens on every address (`0.0.0.0`, `::`, the chart's
+/// default), the address its PillarAgent names (a DNS name resolved here):
+/// a worker given the unspecified address would connect to itself.
+async fn target_address(
+    answered: &str,
+    agent_address: &str,
+) -> std::result::Result<IpAddr, String> {
+    let ip: IpAddr = answered
+        .parse()
+        .map_err(|e| format!("ExportVolume answered address {answered:?}: {e}"))?;
+    if !ip.is_unspecified() {
+        return Ok(ip);
+    }
+    if let Ok(ip) = agent_address.parse::<IpAddr>() {
+        return Ok(ip);
+    }
+    tokio::net::lookup_host((agent_address, 0))
+        .await
+        .ok()
+        .and_then(|mut found| found.next())
+        .map(|a| a.ip())
+        .ok_or_else(|| {
+            format!(
+                "the agent listens on every address ({answered}) and its PillarAgent address {agent_address:?} does not resolve: set the agent's nvmeof/iscsi address or a resolvable PillarAgent address"
+            )
+        })
 }
 
 impl Controller {
@@ -177,13 +207,12 @@ impl Controller {
                     .map_err(client.fail())?;
             }
         }
-        let address = exported.address.parse().map_err(|e| Error::Agent {
-            agent: client.name.clone(),
-            status: tonic::Status::internal(format!(
-                "ExportVolume answered address {:?}: {e}",
-                exported.address
-            )),
-        })?;
+        let address = target_address(&exported.address, &agent.spec.address)
+            .await
+            .map_err(|e| Error::Agent {
+                agent: client.name.clone(),
+                status: tonic::Status::internal(e),
+            })?;
         Ok(PublishContext {
             protocol,
             address,
@@ -279,5 +308,38 @@ impl Controller {
             )
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::target_address;
+
+    #[tokio::test]
+    async fn an_agent_listening_everywhere_is_reached_at_its_pillar_agent_address() {
+        let at = |a: &str, agent: &str| {
+            let (a, agent) = (a.to_owned(), agent.to_owned());
+            async move { target_address(&a, &agent).await }
+        };
+        assert_eq!(
+            at("192.0.2.7", "192.0.2.1").await,
+            Ok("192.0.2.7".parse().unwrap())
+        );
+        assert_eq!(
+            at("0.0.0.0", "192.0.2.1").await,
+            Ok("192.0.2.1".parse().unwrap())
+        );
+        assert_eq!(
+            at("::", "2001:db8::1").await,
+            Ok("2001:db8::1".parse().unwrap())
+        );
+        assert_eq!(
+            at("0.0.0.0", "localhost").await.map(|ip| ip.is_loopback()),
+            Ok(true)
+        );
+        let e = at("0.0.0.0", "no-such-host.invalid").await.unwrap_err();
+        assert!(e.contains("does not resolve"), "{e}");
+        assert!(at("not an ip", "192.0.2.1").await.is_err());
     }
 }
