@@ -46,9 +46,10 @@ lint:
 ## The libraries other Rust tools link (see the README's "Libraries").
 LIBS := pillar-csi-api pillar-csi-configfs pillar-csi-nvmet pillar-csi-lio pillar-csi-host pillar-csi-zfs-sys pillar-csi-lvm-sys
 
-## Their API docs, with warnings (broken links, missing docs) as errors.
+## Their API docs, and the binary's own crates' (agent, driver), with
+## warnings (broken links, missing docs) as errors.
 doc:
-	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps $(addprefix -p ,$(LIBS))
+	RUSTDOCFLAGS="-D warnings" cargo doc --no-deps $(addprefix -p ,$(LIBS)) -p pillar-csi-agent -p pillar-csi-driver
 
 lab:
 	tests/lab/run tests $(if $(FILTER),-- $(FILTER))
