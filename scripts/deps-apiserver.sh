@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the real Kubernetes API server the controller's and the chart's
-# tests run against (see ../shared/lab.md, "A real Kubernetes API server"):
-# etcd and kubectl from Debian, kube-apiserver 1.20 built offline from
-# Debian's source package. The build (~7 minutes on 2 cores) is cached under
-# $CACHE; a second run only checks and returns.
+# Installs the real Kubernetes control plane the controller's, the chart's
+# and the claim lab's tests run against (see ../shared/lab.md, "A real
+# Kubernetes API server"): etcd and kubectl from Debian, kube-apiserver and
+# kube-controller-manager 1.20 built offline from Debian's source package.
+# The build (~7 minutes on 2 cores for the API server, a few more for the
+# controller manager) is cached under $CACHE; a second run only checks and
+# returns.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -12,7 +14,7 @@ SUDO=""
 
 CACHE=${PILLAR_CACHE:-/var/cache/pillar-csi}
 VERSION=1.20.2
-BIN=$CACHE/kube-apiserver-$VERSION
+COMPONENTS=(kube-apiserver kube-controller-manager)
 PKGS=(etcd-server golang-1.19-go rsync golang-github-modern-go-reflect2-dev dpkg-dev)
 # kubectl: Debian's (the server's release) unless the machine has one already
 # (a newer kubectl from another package owns /usr/bin/kubectl on some images).
@@ -27,7 +29,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-if [ ! -x "$BIN" ]; then
+need=()
+for c in "${COMPONENTS[@]}"; do
+  [ -x "$CACHE/$c-$VERSION" ] || need+=("$c")
+done
+if [ ${#need[@]} -gt 0 ]; then
   $SUDO mkdir -p "$CACHE"
   src=/etc/apt/sources.list.d/pillar-csi-src.sources
   if [ ! -f "$src" ]; then
@@ -55,12 +61,17 @@ SRC
   cp -r /usr/share/gocode/src/github.com/modern-go/reflect2 vendor/github.com/modern-go/reflect2
   sed -i 's|github.com/modern-go/reflect2 v1.0.1|github.com/modern-go/reflect2 v1.0.2|' go.mod vendor/modules.txt
   grep -q 'modern-go/reflect2 v1.0.2' vendor/modules.txt || { echo "deps-apiserver: reflect2 not replaced in vendor/modules.txt" >&2; exit 1; }
-  PATH=/usr/lib/go-1.19/bin:$PATH GOFLAGS=-mod=vendor make WHAT=cmd/kube-apiserver >"$work/build.log" 2>&1 \
+  PATH=/usr/lib/go-1.19/bin:$PATH GOFLAGS=-mod=vendor make WHAT="${need[*]/#/cmd/}" >"$work/build.log" 2>&1 \
     || { tail -n 40 "$work/build.log" >&2; exit 1; }
-  $SUDO install -m 0755 _output/bin/kube-apiserver "$BIN"
+  for c in "${need[@]}"; do
+    $SUDO install -m 0755 "_output/bin/$c" "$CACHE/$c-$VERSION"
+  done
 fi
-[ -x /usr/local/bin/kube-apiserver ] && cmp -s "$BIN" /usr/local/bin/kube-apiserver \
-  || $SUDO install -m 0755 "$BIN" /usr/local/bin/kube-apiserver
+for c in "${COMPONENTS[@]}"; do
+  [ -x "/usr/local/bin/$c" ] && cmp -s "$CACHE/$c-$VERSION" "/usr/local/bin/$c" \
+    || $SUDO install -m 0755 "$CACHE/$c-$VERSION" "/usr/local/bin/$c"
+done
 command -v etcd >/dev/null && command -v kubectl >/dev/null && command -v kube-apiserver >/dev/null \
-  || { echo "deps-apiserver: etcd, kubectl or kube-apiserver missing after install" >&2; exit 1; }
-echo "deps-apiserver: ready ($(kube-apiserver --version))"
+  && command -v kube-controller-manager >/dev/null \
+  || { echo "deps-apiserver: etcd, kubectl, kube-apiserver or kube-controller-manager missing after install" >&2; exit 1; }
+echo "deps-apiserver: ready ($(kube-apiserver --version), kube-controller-manager $(kube-controller-manager --version | awk '{print $2}'))"

@@ -4,7 +4,8 @@
 # values.yaml), for the lab's claim tests that run the real ones. `go
 # install` refuses these modules (their go.mod files carry replace
 # directives), so each is built as the main module from a writable copy of
-# its download. Cached in the same folder as csi-sanity; `go version -m`
+# its download, its version stamped in as the sidecars' release builds do
+# (`-X main.version`). Cached in the same folder as csi-sanity; `--version`
 # tells which release a binary is, so a second run only checks.
 #
 # node-driver-registrar and livenessprobe (the node DaemonSet's sidecars)
@@ -24,7 +25,7 @@ SIDECARS=(
 
 for row in "${SIDECARS[@]}"; do
   read -r bin module version pkg <<<"$row"
-  if go version -m "$gobin/$bin" 2>/dev/null | grep -q "[[:space:]]mod[[:space:]]*$module[[:space:]]*$version"; then
+  if "$gobin/$bin" --version 2>/dev/null | grep -qw "$version"; then
     continue
   fi
   dir=$(GOTOOLCHAIN=auto GOFLAGS=-mod=mod go mod download -json "$module@$version" \
@@ -32,10 +33,11 @@ for row in "${SIDECARS[@]}"; do
   work=$(mktemp -d "${TMPDIR:-/tmp}/sidecar.XXXXXX")
   cp -r "$dir/." "$work/"
   chmod -R u+w "$work"
-  (cd "$work" && GOTOOLCHAIN=auto GOFLAGS=-mod=mod go build -trimpath -o "$gobin/$bin" "$pkg") \
+  (cd "$work" && GOTOOLCHAIN=auto GOFLAGS=-mod=mod go build -trimpath \
+    -ldflags "-X main.version=$version" -o "$gobin/$bin" "$pkg") \
     || { rm -rf "$work"; echo "deps-sidecars: building $bin from $module@$version failed" >&2; exit 1; }
   rm -rf "$work"
-  go version -m "$gobin/$bin" | grep -q "[[:space:]]mod[[:space:]]*$module[[:space:]]*$version" \
-    || { echo "deps-sidecars: $gobin/$bin is not $module $version" >&2; exit 1; }
+  "$gobin/$bin" --version 2>/dev/null | grep -qw "$version" \
+    || { echo "deps-sidecars: $gobin/$bin --version does not say $version" >&2; exit 1; }
 done
-echo "deps-sidecars: ready ($(for row in "${SIDECARS[@]}"; do read -r b _ v _ <<<"$row"; printf '%s %s; ' "$b" "$v"; done))"
+echo "deps-sidecars: ready ($(for row in "${SIDECARS[@]}"; do read -r b _ v _ <<<"$row"; printf "%s %s " "$b" "$v"; done))"

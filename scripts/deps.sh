@@ -145,6 +145,9 @@ fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
-# The real Kubernetes API server of the controller's and the chart's tests.
+# The real Kubernetes API server and kube-controller-manager of the
+# controller's, the chart's and the claim lab's tests, and the CSI sidecars
+# the chart deploys (tests/tests/claim_k8s_lab.rs).
 bash "$(dirname "$0")/deps-apiserver.sh"
+bash "$(dirname "$0")/deps-sidecars.sh"
 echo "deps: ready (kernel $(ls /lib/modules | sort -V | tail -n1))"

@@ -7,7 +7,9 @@
 //! that need one use the server the lab runner started on the host for the
 //! whole run ([`ApiServer::lab`]), reached from the guest at 10.0.2.2.
 use crate::Result;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
@@ -187,9 +189,23 @@ impl ApiServer {
     /// ClusterRole includes them), so a test using it fails when the
     /// controller needs a rule the chart does not grant.
     pub async fn controller_client(&self) -> Result<kube::Client> {
-        let rules_file = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../charts/pillar-csi/files/rbac/controller-rules.yaml");
-        let rules: Vec<PolicyRule> = serde_yaml::from_str(&std::fs::read_to_string(&rules_file)?)?;
+        // The chart's rules for the controller pod's ServiceAccount: the
+        // controller's and its CSI sidecars' (templates/rbac-controller.yaml),
+        // and leases in the release namespace.
+        let rules_of = |file: &str| -> Result<Vec<PolicyRule>> {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("../charts/pillar-csi/files/rbac/{file}.yaml"));
+            Ok(serde_yaml::from_str(&std::fs::read_to_string(&path)?)?)
+        };
+        let mut rules = Vec::new();
+        for file in [
+            "controller-rules",
+            "external-provisioner-rules",
+            "external-attacher-rules",
+            "external-resizer-rules",
+        ] {
+            rules.extend(rules_of(file)?);
+        }
         let admin = self.client().await?;
         let name = "pillar-csi-controller";
         let role = ClusterRole {
@@ -223,8 +239,35 @@ impl ApiServer {
         Api::<ClusterRole>::all(admin.clone())
             .patch(name, &pp, &Patch::Apply(&role))
             .await?;
-        Api::<ClusterRoleBinding>::all(admin)
+        Api::<ClusterRoleBinding>::all(admin.clone())
             .patch(name, &pp, &Patch::Apply(&binding))
+            .await?;
+        let leases = Role {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("pillar-csi".into()),
+                ..Default::default()
+            },
+            rules: Some(rules_of("leader-election-rules")?),
+        };
+        let lease_binding = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("pillar-csi".into()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: name.into(),
+            },
+            subjects: binding.subjects.clone(),
+        };
+        Api::<Role>::namespaced(admin.clone(), "pillar-csi")
+            .patch(name, &pp, &Patch::Apply(&leases))
+            .await?;
+        Api::<RoleBinding>::namespaced(admin, "pillar-csi")
+            .patch(name, &pp, &Patch::Apply(&lease_binding))
             .await?;
         let client = Self::client_from(&self.kubeconfig_of(name)).await?;
         // The RBAC authorizer learns new bindings through a watch: wait

@@ -26,6 +26,7 @@ pub mod cmd;
 pub mod csi;
 pub mod env;
 pub mod iscsi;
+pub mod k8s;
 pub mod mount;
 pub mod node_bed;
 pub mod nvme;

@@ -1,0 +1,207 @@
+//! The real Kubernetes components a cluster runs beside the driver, started
+//! in the lab guest for the claim tests that go through them: the CSI
+//! sidecars the chart deploys in the controller pod (external-provisioner,
+//! -attacher, -resizer, built by `scripts/deps-sidecars.sh` at the chart's
+//! versions, on the controller's socket with the chart's flags and its
+//! ServiceAccount's rules) and kube-controller-manager (built by
+//! `scripts/deps-apiserver.sh` from Debian's source, with the PV binder,
+//! expander, attach-detach and protection controllers). Each process is
+//! killed when dropped.
+use crate::{apiserver::ApiServer, claim_bed::ClaimBed, Result};
+use std::{
+    ffi::OsString,
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+/// The lease timings of the sidecars' leader election under the lab's
+/// emulated CPU (lab.md: the defaults lose the lease under TCG).
+const LEASE: [&str; 3] = [
+    "--leader-election-lease-duration=60s",
+    "--leader-election-renew-deadline=40s",
+    "--leader-election-retry-period=10s",
+];
+
+/// The controllers of kube-controller-manager a CSI volume's life needs
+/// (`serviceaccount` makes the namespace's default ServiceAccount, which
+/// the API server's admission requires of a Pod).
+const CONTROLLERS: &str = "persistentvolume-binder,persistentvolume-expander,attachdetach,\
+                           pv-protection,pvc-protection,serviceaccount";
+
+/// One running component: its process and log.
+pub struct Component {
+    /// What it is (`csi-provisioner`).
+    pub name: String,
+    /// Its standard output and error.
+    pub log: PathBuf,
+    child: Child,
+}
+
+impl Component {
+    /// Starts `program args`, its output appended to `log`.
+    pub fn spawn(name: &str, program: &Path, args: &[OsString], log: &Path) -> Result<Self> {
+        let out = fs::OpenOptions::new().create(true).append(true).open(log)?;
+        let child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .map_err(|e| format!("starting {name} ({}): {e}", program.display()))?;
+        Ok(Self {
+            name: name.to_owned(),
+            log: log.to_owned(),
+            child,
+        })
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// An error unless it still runs.
+    pub fn check_running(&mut self) -> Result<()> {
+        match self.child.try_wait()? {
+            None => Ok(()),
+            Some(status) => Err(format!(
+                "{} exited with {status}; its log:\n{}",
+                self.name,
+                self.log()
+            )
+            .into()),
+        }
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where `scripts/deps-sidecars.sh` put sidecar `name`.
+pub fn sidecar_binary(name: &str) -> Result<PathBuf> {
+    let dir = match std::env::var_os("PILLAR_LAB_GO_BIN") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/pillar-csi/go-bin"),
+    };
+    let bin = dir.join(name);
+    if !bin.is_file() {
+        return Err(format!("{} is missing: run `make deps`", bin.display()).into());
+    }
+    Ok(bin)
+}
+
+/// The CSI sidecars of the controller pod.
+pub struct Sidecars {
+    /// external-provisioner, external-attacher, external-resizer.
+    pub components: Vec<Component>,
+}
+
+impl Sidecars {
+    /// Starts the three sidecars on `bed`'s controller socket as the
+    /// chart runs them (its flags, the controller's ServiceAccount and the
+    /// chart's rules for it, leader election in namespace `pillar-csi`).
+    pub async fn start(bed: &ClaimBed) -> Result<Self> {
+        bed.server.controller_client().await?;
+        let kubeconfig = bed.server.kubeconfig_of("pillar-csi-controller");
+        let mut components = Vec::new();
+        for name in ["csi-provisioner", "csi-attacher", "csi-resizer"] {
+            let mut args: Vec<OsString> = vec![
+                format!("--csi-address={}", bed.controller.socket.display()).into(),
+                format!("--kubeconfig={}", kubeconfig.display()).into(),
+                "--leader-election".into(),
+                "--leader-election-namespace=pillar-csi".into(),
+                "--timeout=120s".into(),
+                "--v=4".into(),
+            ];
+            args.extend(LEASE.iter().map(OsString::from));
+            if name == "csi-provisioner" {
+                args.push("--extra-create-metadata".into());
+            }
+            let log = bed.lab.work.join(format!("k8s.{name}.log"));
+            components.push(Component::spawn(name, &sidecar_binary(name)?, &args, &log)?);
+        }
+        Ok(Self { components })
+    }
+
+    /// An error naming the first sidecar that stopped.
+    pub fn check_running(&mut self) -> Result<()> {
+        self.components
+            .iter_mut()
+            .try_for_each(Component::check_running)
+    }
+
+    /// Every sidecar's log, for a failing test's message.
+    pub fn logs(&self) -> String {
+        self.components
+            .iter()
+            .map(|c| format!("==== {} ====\n{}", c.name, tail(&c.log(), 40)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// kube-controller-manager, against `server` as its admin.
+pub struct ControllerManager(pub Component);
+
+impl ControllerManager {
+    /// Starts it with the controllers a CSI volume's life needs, writing its
+    /// log into `dir`, and waits (bounded) until it says they started.
+    pub async fn start(server: &ApiServer, dir: &Path) -> Result<Self> {
+        let program = which("kube-controller-manager")?;
+        let args: Vec<OsString> = vec![
+            format!("--kubeconfig={}", server.kubeconfig().display()).into(),
+            format!("--controllers={CONTROLLERS}").into(),
+            "--leader-elect=false".into(),
+            "--use-service-account-credentials=false".into(),
+            "--port=0".into(),
+            "--secure-port=0".into(),
+            // Without a kubelet, nodes report nothing: the attach-detach
+            // controller's sync from the nodes' status is what counts.
+            "--attach-detach-reconcile-sync-period=5s".into(),
+            "--v=2".into(),
+        ];
+        let mut kcm = Component::spawn(
+            "kube-controller-manager",
+            &program,
+            &args,
+            &dir.join("k8s.kube-controller-manager.log"),
+        )?;
+        let start = std::time::Instant::now();
+        while !kcm.log().contains("Started \"attachdetach\"") {
+            kcm.check_running()?;
+            if start.elapsed() > Duration::from_secs(180) {
+                return Err(format!(
+                    "kube-controller-manager did not start its controllers within 180 s:\n{}",
+                    tail(&kcm.log(), 40)
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Ok(Self(kcm))
+    }
+}
+
+/// `name` on the PATH.
+fn which(name: &str) -> Result<PathBuf> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .chain([PathBuf::from("/usr/local/bin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{name} is not on the PATH: run `make deps`").into())
+}
+
+/// The last `n` lines of `text`.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
