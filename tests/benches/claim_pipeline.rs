@@ -23,9 +23,10 @@ use pillar_csi_lab::{
     claim_bed::{ClaimBed, Class},
     claim_requests::{self as requests, ClaimRef},
     csi::csi_pb as pb,
+    metrics::{scrape, summed},
     Result,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 const VOLUMES: usize = 20;
@@ -55,41 +56,9 @@ struct Staged {
     stage: f64,
 }
 
-/// `GET /metrics` of the controller: every series with its value.
-async fn scrape(bed: &ClaimBed) -> Result<HashMap<String, f64>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(bed.controller_metrics).await?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).await?;
-    let (_, body) = reply.split_once("\r\n\r\n").ok_or("no HTTP head")?;
-    let mut out = HashMap::new();
-    for line in body.lines().filter(|l| !l.starts_with('#')) {
-        if let Some((series, value)) = line.rsplit_once(' ') {
-            out.insert(series.to_owned(), value.parse::<f64>()?);
-        }
-    }
-    Ok(out)
-}
-
-/// The sum of the `<family>_sum` series whose method is one of `methods`.
-fn summed(metrics: &HashMap<String, f64>, family: &str, methods: &[&str]) -> f64 {
-    let prefix = format!("{family}_sum{{method=\"");
-    metrics
-        .iter()
-        .filter_map(|(series, v)| {
-            let rest = series.strip_prefix(&prefix)?;
-            let method = rest.split('"').next()?;
-            methods.contains(&method).then_some(*v)
-        })
-        .sum()
-}
-
 /// The controller's and the agent's seconds (summed) so far.
 async fn clocks(bed: &ClaimBed) -> Result<(f64, f64)> {
-    let m = scrape(bed).await?;
+    let m = scrape(bed.controller_metrics).await?;
     Ok((
         summed(
             &m,

@@ -27,6 +27,7 @@ pub mod csi;
 pub mod env;
 pub mod iscsi;
 pub mod k8s;
+pub mod metrics;
 pub mod mount;
 pub mod node_bed;
 pub mod nvme;
