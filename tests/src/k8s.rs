@@ -129,22 +129,6 @@ impl Sidecars {
         }
         Ok(Self { components })
     }
-
-    /// An error naming the first sidecar that stopped.
-    pub fn check_running(&mut self) -> Result<()> {
-        self.components
-            .iter_mut()
-            .try_for_each(Component::check_running)
-    }
-
-    /// Every sidecar's log, for a failing test's message.
-    pub fn logs(&self) -> String {
-        self.components
-            .iter()
-            .map(|c| format!("==== {} ====\n{}", c.name, tail(&c.log(), 40)))
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
 }
 
 /// kube-controller-manager, against `server` as its admin.
