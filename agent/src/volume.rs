@@ -79,21 +79,26 @@ impl VolumeId {
     /// RFC 3720 IQN (lowercase letters, digits, `-` and `.`): the ID folded to
     /// that alphabet, with a hash of the exact ID so folded IDs cannot collide.
     pub fn target_suffix(&self) -> String {
-        let folded: String = self
-            .id
-            .chars()
-            .map(|c| match c {
-                'a'..='z' | '0'..='9' | '-' | '.' => c,
-                'A'..='Z' => c.to_ascii_lowercase(),
-                '/' => '.',
-                _ => '-',
-            })
-            .collect();
         format!(
-            "{folded}-{:08x}",
+            "{}-{:08x}",
+            fold_to_target_name(&self.id),
             api::names::fnv1a(api::names::FNV1A_BASIS, self.id.as_bytes()) as u32
         )
     }
+}
+
+/// `text` in the alphabet valid in both an NQN and an RFC 3720 IQN:
+/// lowercase letters, digits, `-` and `.` (`/` becomes `.`, anything else
+/// `-`).
+pub fn fold_to_target_name(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '.' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            '/' => '.',
+            _ => '-',
+        })
+        .collect()
 }
 
 impl std::fmt::Display for VolumeId {

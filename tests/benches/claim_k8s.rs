@@ -19,7 +19,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use pillar_csi_lab::{
     claim_bed::ClaimBed,
     k8s::{ControllerManager, Sidecars},
-    metrics::{scrape, summed},
+    metrics::clocks,
     Result,
 };
 use std::time::{Duration, Instant};
@@ -30,19 +30,6 @@ const NAMESPACE: &str = "default";
 const PROVISION_RPCS: [&str; 2] = ["CreateVolume", "InspectVolume"];
 /// How long 20 claims may take to be Bound (or gone) under the lab's CPU.
 const LIMIT: Duration = Duration::from_secs(900);
-
-/// The controller's CreateVolume seconds and the agent's, summed so far.
-async fn clocks(bed: &ClaimBed) -> Result<(f64, f64)> {
-    let m = scrape(bed.controller_metrics).await?;
-    Ok((
-        summed(
-            &m,
-            "pillar_csi_controller_rpc_duration_seconds",
-            &["CreateVolume"],
-        ),
-        summed(&m, "pillar_csi_agent_rpc_duration_seconds", &PROVISION_RPCS),
-    ))
-}
 
 /// Creates claim `name` of the bed's zvol class.
 async fn claim(bed: &ClaimBed, name: &str) -> Result<()> {
@@ -129,7 +116,8 @@ impl Round {
 /// Makes 20 claims Bound, `at_once` or one at a time, then removes them.
 async fn round(bed: &ClaimBed, tag: &str, at_once: bool) -> Result<Round> {
     let names: Vec<String> = (0..VOLUMES).map(|i| format!("k8s-{tag}-{i}")).collect();
-    let (controller_before, agent_before) = clocks(bed).await?;
+    let (controller_before, agent_before) =
+        clocks(bed.controller_metrics, &["CreateVolume"], &PROVISION_RPCS).await?;
     let start = Instant::now();
     if at_once {
         futures::future::try_join_all(names.iter().map(|n| claim(bed, n))).await?;
@@ -141,7 +129,8 @@ async fn round(bed: &ClaimBed, tag: &str, at_once: bool) -> Result<Round> {
         }
     }
     let wall = start.elapsed().as_secs_f64();
-    let (controller_after, agent_after) = clocks(bed).await?;
+    let (controller_after, agent_after) =
+        clocks(bed.controller_metrics, &["CreateVolume"], &PROVISION_RPCS).await?;
     let n = VOLUMES as f64;
     let agent = (agent_after - agent_before) / n;
     let controller = (controller_after - controller_before) / n - agent;

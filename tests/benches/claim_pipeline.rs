@@ -23,7 +23,7 @@ use pillar_csi_lab::{
     claim_bed::{ClaimBed, Class},
     claim_requests::{self as requests, ClaimRef},
     csi::csi_pb as pb,
-    metrics::{scrape, summed},
+    metrics::clocks,
     Result,
 };
 use std::collections::BTreeMap;
@@ -54,19 +54,6 @@ struct Staged {
     staging: std::path::PathBuf,
     /// NodeStageVolume's time, seconds.
     stage: f64,
-}
-
-/// The controller's and the agent's seconds (summed) so far.
-async fn clocks(bed: &ClaimBed) -> Result<(f64, f64)> {
-    let m = scrape(bed.controller_metrics).await?;
-    Ok((
-        summed(
-            &m,
-            "pillar_csi_controller_rpc_duration_seconds",
-            &["CreateVolume", "ControllerPublishVolume"],
-        ),
-        summed(&m, "pillar_csi_agent_rpc_duration_seconds", &PROVISION_RPCS),
-    ))
 }
 
 /// Creates the claim `name`; the PV name its provisioner would use.
@@ -201,7 +188,12 @@ async fn round(bed: &ClaimBed, tag: &str, at_once: bool) -> Result<Round> {
     for i in 0..VOLUMES {
         pending.push(claim(bed, class, &format!("bench-{tag}-{i}")).await?);
     }
-    let (controller_before, agent_before) = clocks(bed).await?;
+    let (controller_before, agent_before) = clocks(
+        bed.controller_metrics,
+        &["CreateVolume", "ControllerPublishVolume"],
+        &PROVISION_RPCS,
+    )
+    .await?;
     let start = Instant::now();
     let staged: Vec<Staged> = if at_once {
         let calls = pending
@@ -216,7 +208,12 @@ async fn round(bed: &ClaimBed, tag: &str, at_once: bool) -> Result<Round> {
         staged
     };
     let wall = start.elapsed().as_secs_f64();
-    let (controller_after, agent_after) = clocks(bed).await?;
+    let (controller_after, agent_after) = clocks(
+        bed.controller_metrics,
+        &["CreateVolume", "ControllerPublishVolume"],
+        &PROVISION_RPCS,
+    )
+    .await?;
     let n = VOLUMES as f64;
     let agent = (agent_after - agent_before) / n;
     let round = Round {

@@ -97,6 +97,10 @@ pub fn sidecar_binary(name: &str) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// The sidecars of the controller pod, by binary name; each logs to
+/// `k8s.<name>.log` in the lab's work folder.
+pub const SIDECARS: [&str; 3] = ["csi-provisioner", "csi-attacher", "csi-resizer"];
+
 /// The CSI sidecars of the controller pod.
 pub struct Sidecars {
     /// external-provisioner, external-attacher, external-resizer.
@@ -111,7 +115,7 @@ impl Sidecars {
         bed.server.controller_client().await?;
         let kubeconfig = bed.server.kubeconfig_of("pillar-csi-controller");
         let mut components = Vec::new();
-        for name in ["csi-provisioner", "csi-attacher", "csi-resizer"] {
+        for name in SIDECARS {
             let mut args: Vec<OsString> = vec![
                 format!("--csi-address={}", bed.controller.socket.display()).into(),
                 format!("--kubeconfig={}", kubeconfig.display()).into(),

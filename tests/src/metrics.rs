@@ -36,6 +36,25 @@ pub fn summed(metrics: &HashMap<String, f64>, family: &str, methods: &[&str]) ->
         .sum()
 }
 
+/// The controller's seconds in `controller_methods` (its CSI RPCs) and
+/// the agent's in `agent_methods` (the agent RPCs the controller made),
+/// each summed over every call so far, from `/metrics` at `addr`.
+pub async fn clocks(
+    addr: std::net::SocketAddr,
+    controller_methods: &[&str],
+    agent_methods: &[&str],
+) -> Result<(f64, f64)> {
+    let m = scrape(addr).await?;
+    Ok((
+        summed(
+            &m,
+            "pillar_csi_controller_rpc_duration_seconds",
+            controller_methods,
+        ),
+        summed(&m, "pillar_csi_agent_rpc_duration_seconds", agent_methods),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

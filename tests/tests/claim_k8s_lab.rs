@@ -19,7 +19,7 @@ use pillar_csi_lab::{
     claim_requests::capability,
     claim_witness::Storage,
     csi::csi_pb as pb,
-    k8s::{tail, ControllerManager, Sidecars},
+    k8s::{tail, ControllerManager, Sidecars, SIDECARS},
     node_bed::{df_size, mounted},
     Result,
 };
@@ -336,7 +336,7 @@ async fn claim_k8s_life_through_the_real_sidecars_and_controller_manager() -> Re
 }
 
 fn sidecars_log(bed: &ClaimBed) -> String {
-    ["csi-provisioner", "csi-attacher", "csi-resizer"]
+    SIDECARS
         .iter()
         .map(|n| {
             let log =

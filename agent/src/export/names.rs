@@ -10,7 +10,10 @@
 //! carried the agent (`<prefix><volume>`, the legacy name) keep it until
 //! they are removed: renaming a live target would cut its hosts off. The
 //! fence mark records which name each export was made under.
-use crate::{error::AgentError, volume::VolumeId};
+use crate::{
+    error::AgentError,
+    volume::{fold_to_target_name, VolumeId},
+};
 
 /// The prefix of every subsystem NQN this agent makes.
 pub const NQN_PREFIX: &str = "nqn.2026-01.com.bhyoo.pillar-csi:";
@@ -32,7 +35,7 @@ impl TargetNames {
     /// name is folded to lowercase letters, digits, `-` and `.`; one that
     /// folds to nothing is refused.
     pub fn new(agent_name: &str) -> Result<Self, AgentError> {
-        let folded = fold(agent_name.trim());
+        let folded = fold_to_target_name(agent_name.trim());
         if folded.trim_matches(['-', '.']).is_empty() {
             return Err(AgentError::InvalidArgument(format!(
                 "agent name {agent_name:?} has no letter or digit to name export targets with"
@@ -88,17 +91,6 @@ impl TargetNames {
         };
         format!("{prefix}{}:{volume_part}", self.agent)
     }
-}
-
-/// `name` in lowercase letters, digits, `-` and `.`.
-fn fold(name: &str) -> String {
-    name.chars()
-        .map(|c| match c {
-            'a'..='z' | '0'..='9' | '-' | '.' => c,
-            'A'..='Z' => c.to_ascii_lowercase(),
-            _ => '-',
-        })
-        .collect()
 }
 
 /// The name of the host this agent runs on (the agent runs in the host's
