@@ -156,6 +156,9 @@ pub struct NodePlugin {
     /// Flags added to every start after this is set (e.g.
     /// `--nvme-ctrl-loss-tmo 15`).
     pub extra_args: Vec<OsString>,
+    /// `--node-name` (`lab-node` unless started with
+    /// [`NodePlugin::start_as`]).
+    pub node_name: String,
 }
 
 impl NodePlugin {
@@ -168,12 +171,28 @@ impl NodePlugin {
 
     /// As [`NodePlugin::start`], keeping staging records in `state_dir`.
     pub async fn start_in(lab: &Lab, name: &str, state_dir: PathBuf) -> Result<Self> {
+        Self::start_with(lab, name, state_dir, "lab-node").await
+    }
+
+    /// As [`NodePlugin::start`], for the node `node_name`.
+    pub async fn start_as(lab: &Lab, name: &str, node_name: &str) -> Result<Self> {
+        let state_dir = lab.work.join(format!("{name}.node-state"));
+        Self::start_with(lab, name, state_dir, node_name).await
+    }
+
+    async fn start_with(
+        lab: &Lab,
+        name: &str,
+        state_dir: PathBuf,
+        node_name: &str,
+    ) -> Result<Self> {
         let mut plugin = Self {
             socket: lab.work.join(format!("{name}.csi.sock")),
             state_dir,
             log: lab.work.join(format!("{name}.node.log")),
             process: None,
             extra_args: Vec::new(),
+            node_name: node_name.to_owned(),
         };
         plugin.spawn(&[]).await?;
         Ok(plugin)
@@ -184,7 +203,7 @@ impl NodePlugin {
         let mut args: Vec<OsString> = vec![
             "node".into(),
             "--node-name".into(),
-            "lab-node".into(),
+            self.node_name.clone().into(),
             "--iscsi".into(),
             "--state-dir".into(),
             self.state_dir.clone().into(),

@@ -76,10 +76,17 @@ impl Component {
     }
 }
 
-impl Drop for Component {
-    fn drop(&mut self) {
+impl Component {
+    /// Kills the process (SIGKILL) and reaps it; again is a no-op.
+    pub fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -112,12 +119,19 @@ impl Sidecars {
     /// chart runs them (its flags, the controller's ServiceAccount and the
     /// chart's rules for it, leader election in namespace `pillar-csi`).
     pub async fn start(bed: &ClaimBed) -> Result<Self> {
-        bed.server.controller_client().await?;
-        let kubeconfig = bed.server.kubeconfig_of("pillar-csi-controller");
+        Self::start_on(&bed.server, &bed.controller.socket, &bed.lab.work).await
+    }
+
+    /// Starts the three sidecars on the controller socket `socket` as the
+    /// chart runs them, against `server`, each logging to
+    /// `dir/k8s.<name>.log`.
+    pub async fn start_on(server: &ApiServer, socket: &Path, dir: &Path) -> Result<Self> {
+        server.controller_client().await?;
+        let kubeconfig = server.kubeconfig_of("pillar-csi-controller");
         let mut components = Vec::new();
         for name in SIDECARS {
             let mut args: Vec<OsString> = vec![
-                format!("--csi-address={}", bed.controller.socket.display()).into(),
+                format!("--csi-address={}", socket.display()).into(),
                 format!("--kubeconfig={}", kubeconfig.display()).into(),
                 "--leader-election".into(),
                 "--leader-election-namespace=pillar-csi".into(),
@@ -128,7 +142,7 @@ impl Sidecars {
             if name == "csi-provisioner" {
                 args.push("--extra-create-metadata".into());
             }
-            let log = bed.lab.work.join(format!("k8s.{name}.log"));
+            let log = dir.join(format!("k8s.{name}.log"));
             components.push(Component::spawn(name, &sidecar_binary(name)?, &args, &log)?);
         }
         Ok(Self { components })

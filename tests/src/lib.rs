@@ -25,6 +25,8 @@ pub mod claim_witness;
 pub mod cmd;
 pub mod csi;
 pub mod env;
+pub mod guide_world;
+pub mod guides;
 pub mod iscsi;
 pub mod k8s;
 pub mod metrics;
