@@ -33,7 +33,7 @@ use std::{
     ffi::OsString,
     fs,
     path::{Path, PathBuf},
-    process::{Command, Output},
+    process::Output,
     time::{Duration, Instant},
 };
 
@@ -99,6 +99,22 @@ impl GuideWorld {
             &std::env::var_os("PATH").unwrap_or_default(),
         ));
         let path = std::env::join_paths(dirs)?;
+        // The operator's kubeconfig: the lab's admin, in namespace `default`
+        // (the lab's own kubeconfig works in `pillar-csi`).
+        let kubeconfig = home.join(".kube/config");
+        fs::create_dir_all(home.join(".kube"))?;
+        fs::copy(server.kubeconfig(), &kubeconfig)?;
+        crate::run(
+            "kubectl",
+            &[
+                "--kubeconfig",
+                &kubeconfig.to_string_lossy(),
+                "config",
+                "set-context",
+                "--current",
+                "--namespace=default",
+            ],
+        )?;
         let kcm = ControllerManager::start(&server, &lab.work).await?;
         let world = Self {
             lab,
@@ -110,35 +126,59 @@ impl GuideWorld {
             _kcm: kcm,
             installed: None,
         };
-        world.setup("prepare.sh", &[])?;
+        world.setup("prepare.sh", &[]).await?;
         Ok(world)
     }
 
-    /// Runs `script` as the operator's shell would (bash, `set -e`, in
+    /// `script` as the operator's shell runs it (bash, `set -e`, in
     /// [`GuideWorld::dir`]), killed after a few minutes.
-    pub fn shell(&self, script: &str) -> Result<Output> {
-        let limit = COMMAND_LIMIT.as_secs().to_string();
-        Ok(Command::new("timeout")
-            .args([limit.as_str(), "bash", "-e", "-o", "pipefail", "-c", script])
+    fn command(&self, script: &str) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new("timeout");
+        command
+            .args([
+                COMMAND_LIMIT.as_secs().to_string().as_str(),
+                "bash",
+                "-e",
+                "-o",
+                "pipefail",
+                "-c",
+                script,
+            ])
             .current_dir(&self.dir)
             .env("HOME", &self.home)
             .env("PATH", &self.path)
-            .env("KUBECONFIG", self.server.kubeconfig())
+            .env("KUBECONFIG", self.home.join(".kube/config"))
             .env("LVM_SUPPRESS_FD_WARNINGS", "1")
             .env("NO_COLOR", "1")
-            .output()?)
+            .kill_on_drop(true);
+        command
+    }
+
+    /// Runs a guide's `script` while the world goes on as a cluster does:
+    /// the controller pod follows its Deployment every second.
+    pub async fn run(&mut self, script: &str) -> Result<Output> {
+        let output = self.command(script).output();
+        tokio::pin!(output);
+        loop {
+            tokio::select! {
+                out = &mut output => return Ok(out?),
+                () = tokio::time::sleep(Duration::from_secs(1)) => {
+                    self.follow_controller_deployment().await?;
+                }
+            }
+        }
     }
 
     /// Runs set-up script `name` of `tests/lab/guide-world/` with `args`;
     /// a failure carries its output.
-    pub fn setup(&self, name: &str, args: &[&str]) -> Result<String> {
+    pub async fn setup(&self, name: &str, args: &[&str]) -> Result<String> {
         let script = checkout().join("tests/lab/guide-world").join(name);
         let mut line = format!("bash {}", shell_quote(&script.to_string_lossy()));
         for a in args {
             line.push(' ');
             line.push_str(&shell_quote(a));
         }
-        let out = self.shell(&line)?;
+        let out = self.command(&line).output().await?;
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -154,7 +194,7 @@ impl GuideWorld {
     /// Secrets the install guide made (`chart-objects.sh` applies the
     /// chart's objects the guides touch).
     pub async fn install(&mut self) -> Result<()> {
-        self.setup("chart-objects.sh", &[])?;
+        self.setup("chart-objects.sh", &[]).await?;
         let tls = self.dir.join("pod-tls");
         let agent_tls = self
             .secret_files("pillar-agent-mtls", &tls.join("agent"))
@@ -184,7 +224,7 @@ impl GuideWorld {
             .await?
             .into_inner()
             .node_id;
-        self.setup("csinode.sh", &[&node_id])?;
+        self.setup("csinode.sh", &[&node_id]).await?;
         self.installed = Some(Installed {
             agent,
             agent_args,
@@ -320,7 +360,7 @@ impl GuideWorld {
                     out += &format!(
                         "==== {} ====\n{}\n",
                         component.name,
-                        tail(&component.log(), 10)
+                        short(&component.log(), 8)
                     );
                 }
             }
@@ -331,9 +371,9 @@ impl GuideWorld {
 
     /// Stops everything and removes the world's pool, volume group,
     /// address and cluster objects (`clean-up.sh`).
-    pub fn clean_up(mut self) -> Result<()> {
+    pub async fn clean_up(mut self) -> Result<()> {
         self.installed = None;
-        self.setup("clean-up.sh", &[]).map(|_| ())
+        self.setup("clean-up.sh", &[]).await.map(|_| ())
     }
 }
 
@@ -370,6 +410,16 @@ fn agent_flags(values: &serde_yaml::Value) -> Result<Vec<String>> {
         }
     }
     Ok(flags)
+}
+
+/// The last `n` lines of `text`, each cut at 300 characters (the sidecars
+/// log whole objects).
+fn short(text: &str, n: usize) -> String {
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| l.chars().take(300).collect())
+        .collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// `text` quoted for bash.

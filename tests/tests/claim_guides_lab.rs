@@ -120,16 +120,17 @@ fn docs() -> &'static Path {
 async fn act(world: &mut GuideWorld, action: Action) -> Result<()> {
     match action {
         Action::Install => world.install().await,
-        Action::Setup(script) => world.setup(script, &[]).map(|_| ()),
+        Action::Setup(script) => world.setup(script, &[]).await.map(|_| ()),
         Action::Proto => {
             let proto = docs().join("../proto/pillar_csi/agent/v1/agent.proto");
             world
                 .setup("proto.sh", &[&proto.to_string_lossy()])
+                .await
                 .map(|_| ())
         }
         Action::MetadataLost => {
             world.stop_controller();
-            world.setup("metadata-lost.sh", &[])?;
+            world.setup("metadata-lost.sh", &[]).await?;
             world.follow_controller_deployment().await
         }
         Action::AgentFlag(flag) => world.restart_agent_with(flag).await,
@@ -138,7 +139,7 @@ async fn act(world: &mut GuideWorld, action: Action) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the kernel lab"]
-async fn the_guides_commands_run_against_the_code_they_describe() -> Result<()> {
+async fn claim_guides_commands_run_against_the_code_they_describe() -> Result<()> {
     let mut world = GuideWorld::prepare().await?;
     let mut used = vec![false; HOOKS.len()];
     let (mut ran, mut not_run) = (0, Vec::new());
@@ -174,7 +175,7 @@ async fn the_guides_commands_run_against_the_code_they_describe() -> Result<()> 
                     for (from, to) in SUBSTITUTIONS {
                         script = script.replace(from, to);
                     }
-                    let out = world.shell(&script)?;
+                    let out = world.run(&script).await?;
                     let text = format!(
                         "{}{}",
                         String::from_utf8_lossy(&out.stdout),
@@ -192,7 +193,6 @@ async fn the_guides_commands_run_against_the_code_they_describe() -> Result<()> 
                     }
                     check_output(&block.expect, &text)
                         .map_err(|e| format!("{name}:{}: {e}\n{}", block.line, world.logs()))?;
-                    world.follow_controller_deployment().await?;
                     ran += 1;
                     println!(
                         "  {name}:{} ok{}",
@@ -218,5 +218,5 @@ async fn the_guides_commands_run_against_the_code_they_describe() -> Result<()> 
         not_run.len(),
         not_run.join(", ")
     );
-    world.clean_up()
+    world.clean_up().await
 }

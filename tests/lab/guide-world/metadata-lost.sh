@@ -1,6 +1,7 @@
-# Before recovery.md's procedure: the claim, the PV and the PillarVolumeState
-# of vg0/legacy are lost (the cluster's API data was, while no controller
-# ran); the agent's fence mark and the LV survive.
+# Before recovery.md's procedure: the claim, the PV, the PillarVolumeState
+# and the PillarVolumeReservation of vg0/legacy are lost (the cluster's API
+# data was, while no controller ran); the agent's fence mark and the LV
+# survive.
 set -euo pipefail
 PV=$(kubectl get pillarvolumestate -o json \
   | jq -r '.items[] | select(.spec.agentVolumeID == "vg0/legacy") | .metadata.name')
@@ -13,3 +14,8 @@ kubectl patch pv "$PV" --type=merge -p '{"metadata":{"finalizers":null}}'
 kubectl delete pv "$PV" --wait=true
 kubectl patch pillarvolumestate "$PV" --type=merge -p '{"metadata":{"finalizers":null}}'
 kubectl delete pillarvolumestate "$PV" --wait=true
+for r in $(kubectl get pillarvolumereservation -o json \
+    | jq -r '.items[] | select(.spec.agentVolumeID == "vg0/legacy") | .metadata.name'); do
+  kubectl patch pillarvolumereservation "$r" --type=merge -p '{"metadata":{"finalizers":null}}'
+  kubectl delete pillarvolumereservation "$r" --wait=true
+done
