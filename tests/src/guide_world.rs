@@ -306,11 +306,7 @@ impl GuideWorld {
             .and_then(|s| s.replicas)
             .unwrap_or(1);
         match (replicas > 0, installed.controller.is_some()) {
-            (false, true) => {
-                if let Some(installed) = self.installed.as_mut() {
-                    installed.controller = None;
-                }
-            }
+            (false, true) => self.stop_controller().await,
             (true, false) => {
                 let tls = self.dir.join("pod-tls/controller");
                 let controller = self.start_controller(&tls).await?;
@@ -326,9 +322,12 @@ impl GuideWorld {
     /// Stops the controller pod's processes (for set-up done while no
     /// controller watches); [`GuideWorld::follow_controller_deployment`]
     /// starts them again.
-    pub fn stop_controller(&mut self) {
-        if let Some(installed) = self.installed.as_mut() {
-            installed.controller = None;
+    pub async fn stop_controller(&mut self) {
+        if let Some((controller, sidecars)) =
+            self.installed.as_mut().and_then(|i| i.controller.take())
+        {
+            sidecars.terminate().await;
+            drop(controller);
         }
     }
 

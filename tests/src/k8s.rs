@@ -82,6 +82,22 @@ impl Component {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Sends SIGTERM, as kubelet does first to a deleted pod's containers
+    /// (the sidecars give up their leader leases on it, so a new pod need
+    /// not wait them out).
+    pub fn send_term(&mut self) {
+        if self.running() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+        }
+    }
+
+    /// Whether the process still runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
 }
 
 impl Drop for Component {
@@ -115,6 +131,18 @@ pub struct Sidecars {
 }
 
 impl Sidecars {
+    /// Stops them as a deleted pod's containers stop: SIGTERM to all,
+    /// SIGKILL to those still running after a grace period of 10 s.
+    pub async fn terminate(mut self) {
+        self.components.iter_mut().for_each(Component::send_term);
+        let start = std::time::Instant::now();
+        while self.components.iter_mut().any(Component::running)
+            && start.elapsed() < Duration::from_secs(10)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Starts the three sidecars on `bed`'s controller socket as the
     /// chart runs them (its flags, the controller's ServiceAccount and the
     /// chart's rules for it, leader election in namespace `pillar-csi`).

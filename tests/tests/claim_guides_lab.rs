@@ -129,7 +129,7 @@ async fn act(world: &mut GuideWorld, action: Action) -> Result<()> {
                 .map(|_| ())
         }
         Action::MetadataLost => {
-            world.stop_controller();
+            world.stop_controller().await;
             world.setup("metadata-lost.sh", &[]).await?;
             world.follow_controller_deployment().await
         }
@@ -143,9 +143,12 @@ async fn claim_guides_commands_run_against_the_code_they_describe() -> Result<()
     let mut world = GuideWorld::prepare().await?;
     let mut used = vec![false; HOOKS.len()];
     let (mut ran, mut not_run) = (0, Vec::new());
+    // What each step did, also written to `guides.report` in the lab's work
+    // folder (a passing test's output is not shown).
+    let mut report = Vec::new();
     for name in ORDER {
         let guide = Guide::parse(name, &fs::read_to_string(docs().join(name))?)?;
-        println!("\n{name}");
+        report.push(name.to_owned());
         for step in &guide.steps {
             for (i, (g, at, action)) in HOOKS.iter().enumerate() {
                 let here = match (at, step) {
@@ -156,7 +159,7 @@ async fn claim_guides_commands_run_against_the_code_they_describe() -> Result<()
                     _ => false,
                 };
                 if *g == name && here {
-                    println!("  [world] {action:?}");
+                    report.push(format!("  [world] {action:?}"));
                     act(&mut world, *action)
                         .await
                         .map_err(|e| format!("{name}: the world's {action:?} failed: {e}"))?;
@@ -167,7 +170,7 @@ async fn claim_guides_commands_run_against_the_code_they_describe() -> Result<()
                 Step::Heading(_) => {}
                 Step::File { name: file, text } => fs::write(world.dir.join(file), text)?,
                 Step::NotRun { block, why } => {
-                    println!("  {name}:{} not run: {why}", block.line);
+                    report.push(format!("  {name}:{} not run: {why}", block.line));
                     not_run.push(format!("{name}:{}", block.line));
                 }
                 Step::Run(block) => {
@@ -194,7 +197,7 @@ async fn claim_guides_commands_run_against_the_code_they_describe() -> Result<()
                     check_output(&block.expect, &text)
                         .map_err(|e| format!("{name}:{}: {e}\n{}", block.line, world.logs()))?;
                     ran += 1;
-                    println!(
+                    report.push(format!(
                         "  {name}:{} ok{}",
                         block.line,
                         if block.expect.is_empty() {
@@ -202,7 +205,7 @@ async fn claim_guides_commands_run_against_the_code_they_describe() -> Result<()
                         } else {
                             format!(" ({} expected lines)", block.expect.len())
                         }
-                    );
+                    ));
                 }
             }
         }
@@ -213,10 +216,13 @@ async fn claim_guides_commands_run_against_the_code_they_describe() -> Result<()
             "{guide} has no place {place:?} for the world's {action:?} any more"
         );
     }
-    println!(
-        "\nguides: {ran} blocks run, {} marked not run ({})",
+    report.push(format!(
+        "guides: {ran} blocks run, {} marked not run ({})",
         not_run.len(),
         not_run.join(", ")
-    );
+    ));
+    let report = report.join("\n");
+    println!("{report}");
+    fs::write(world.lab.work.join("guides.report"), report + "\n")?;
     world.clean_up().await
 }
