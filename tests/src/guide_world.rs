@@ -10,9 +10,9 @@
 //! the Secrets the guide made, the controller with the CSI sidecars, the node
 //! plugin as `worker-1` with its CSINode (node-driver-registrar's part), and
 //! the chart's objects the guides touch (the Deployment
-//! `pillar-csi-controller`, the CSIDriver). The controller and its sidecars
-//! follow the Deployment's replica count after each command, as its pod
-//! would. A guide's commands run in bash in one folder (with `charts/` of
+//! `pillar-csi-controller`, the CSIDriver). While a command runs, the
+//! controller and its sidecars follow the Deployment's replica count every
+//! second, as its pod would. A guide's commands run in bash in one folder (with `charts/` of
 //! the checkout beside them), with HOME, KUBECONFIG and PATH as an
 //! operator's shell has them.
 //!
