@@ -140,6 +140,15 @@ async fn act(world: &mut GuideWorld, action: Action) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the kernel lab"]
 async fn claim_guides_commands_run_against_the_code_they_describe() -> Result<()> {
+    let mut guides: Vec<String> = fs::read_dir(docs())?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .collect();
+    guides.sort();
+    let mut order = ORDER.to_vec();
+    order.sort_unstable();
+    assert_eq!(guides, order, "ORDER names every guide of docs/ once");
     let mut world = GuideWorld::prepare().await?;
     let mut used = vec![false; HOOKS.len()];
     let (mut ran, mut not_run) = (0, Vec::new());
