@@ -1,7 +1,8 @@
 # After the guides: the world's claims, volumes, records and custom
 # resources go (finalizers dropped: no controller runs any more), then its
 # pool, volume group and address. The API server is shared with the other
-# claim tests of the lab run.
+# claim tests of the lab run. Best effort for what may be gone already; the
+# listing of the world's objects must work.
 set -uo pipefail
 images=$(dirname "$PWD")
 for c in data-postgres-0 data-legacy data-legacy-2 data-test; do
@@ -10,10 +11,11 @@ for c in data-postgres-0 data-legacy data-legacy-2 data-test; do
 done
 kubectl delete statefulset postgres --ignore-not-found >/dev/null
 for kind in pv pillarvolumestate pillarvolumereservation; do
-  for o in $(kubectl get "$kind" -o json | jq -r '.items[]
-      | select((.spec.csi.volumeHandle // .spec.agentRef // .spec.agent // "") | test("storage-1"))
-        or (.metadata.name == "pvc-0d5201a5-3c1e-4c55-a2a7-3f7d3c4e9b10")
-      | .metadata.name'); do
+  objects=$(kubectl get "$kind" -o json | jq -r '.items[]
+      | select(((.spec.csi.volumeHandle // .spec.agentRef // "") | startswith("storage-1"))
+        or .metadata.name == "pvc-0d5201a5-3c1e-4c55-a2a7-3f7d3c4e9b10")
+      | .metadata.name') || { echo "clean-up: cannot list the world's $kind objects" >&2; exit 1; }
+  for o in $objects; do
     kubectl patch "$kind" "$o" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
     kubectl delete "$kind" "$o" --wait=false --ignore-not-found >/dev/null
   done
