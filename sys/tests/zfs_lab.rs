@@ -427,6 +427,104 @@ fn zfs_lab_snapshot_clone_and_never_recursive_destroy() -> Result<()> {
     Ok(())
 }
 
+/// Waits up to 10 s for a path to appear or go (udev works after the ioctl
+/// returns).
+fn settles(path: &Path, present: bool) -> bool {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while path.exists() != present {
+        if std::time::Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+/// The kernel facts the snapshot model stands on (plans/snapshots-design.md
+/// section 8): a deferred destroy of a snapshot with a clone succeeds and
+/// marks it; the snapshot stays cloneable and keeps its head; the last
+/// clone's destroy takes the snapshot with it; `volmode=none` drops the
+/// device node of a zvol kept only for its snapshots.
+#[test]
+#[ignore = "needs the kernel lab"]
+fn zfs_lab_deferred_destroy_goes_with_the_last_clone() -> Result<()> {
+    let lab = Lab::get();
+    let zfs = Zfs::open()?;
+    let ds = name(&lab, "origin")?;
+    let mut spec = ZvolSpec::new(ds.clone(), 32 * MIB);
+    spec.provisioning = Provisioning::Sparse;
+    zfs.create_zvol(&spec)?;
+    let snap = ds.snapshot("pillar-snap-1")?;
+    zfs.snapshot(
+        &snap,
+        &[("pillar-csi.bhyoo.com:snapshot-uid".into(), "u1".into())],
+    )?;
+
+    // What snapshot_info reads is what the CLI reads.
+    let info = zfs.snapshot_info(&snap)?;
+    let s = snap.as_str();
+    assert_eq!(info.name, snap);
+    assert_eq!(info.guid, zget_u64(s, "guid")?);
+    assert_eq!(info.creation, zget_u64(s, "creation")?);
+    assert_eq!(info.volsize, Some(32 * MIB));
+    assert_eq!(info.used, zget_u64(s, "used")?);
+    assert!(info.clones.is_empty() && !info.defer_destroy, "{info:?}");
+    assert_eq!(
+        info.user_properties
+            .get("pillar-csi.bhyoo.com:snapshot-uid")
+            .map(String::as_str),
+        Some("u1")
+    );
+
+    let clone = name(&lab, "restored")?;
+    zfs.clone_snapshot(&snap, &clone, &[])?;
+    assert_eq!(zfs.snapshot_info(&snap)?.clones, vec![clone.to_string()]);
+
+    // Deferred: succeeds with a clone, marks the snapshot, keeps it.
+    zfs.destroy_snapshot_deferred(&snap)?;
+    assert_eq!(zget(s, "defer_destroy")?, "on");
+    assert!(zfs.snapshot_info(&snap)?.defer_destroy);
+    assert!(cli_exists(s), "kept for its clone");
+    // Marking again is not an error.
+    zfs.destroy_snapshot_deferred(&snap)?;
+    // A marked snapshot can still be cloned (a retried restore may do so).
+    let second = name(&lab, "restored-again")?;
+    zfs.clone_snapshot(&snap, &second, &[])?;
+    assert_eq!(zget(second.as_str(), "origin")?, s);
+
+    // The head cannot go while any snapshot of it exists, deferred or not.
+    let e = zfs.destroy(&ds).expect_err("head of a snapshot");
+    assert!(matches!(e, Error::HasDependents { .. }), "{e}");
+    assert!(cli_exists(ds.as_str()));
+
+    // volmode=none takes the head's device node away, data kept.
+    let dev = zfs.wait_device(&ds, Duration::from_secs(30))?;
+    zfs.set_property(&ds, "volmode", "none")?;
+    assert!(settles(&dev, false), "{} still there", dev.display());
+    assert_eq!(zget(ds.as_str(), "volmode")?, "none");
+
+    // One clone gone: the snapshot stays for the other.
+    zfs.destroy(&second)?;
+    assert!(cli_exists(s), "one clone left");
+    // The last clone gone: the snapshot goes in the same destroy.
+    zfs.destroy(&clone)?;
+    assert!(!cli_exists(s), "went with its last clone");
+    assert!(zfs.snapshots(&ds)?.is_empty());
+    zfs.destroy(&ds)?;
+
+    // Without clones, the deferred destroy destroys at once.
+    zfs.create_zvol(&spec)?;
+    zfs.snapshot(&snap, &[])?;
+    zfs.destroy_snapshot_deferred(&snap)?;
+    assert!(!cli_exists(s), "nothing depended on it");
+    assert!(matches!(
+        zfs.snapshot_info(&snap),
+        Err(Error::NotFound { .. })
+    ));
+    zfs.destroy(&ds)?;
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs the kernel lab"]
 fn zfs_lab_bad_input_is_refused_and_changes_nothing() -> Result<()> {

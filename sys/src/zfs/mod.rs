@@ -53,8 +53,8 @@ pub use api::names::zfs::{
 };
 pub use error::Error;
 pub use types::{
-    release_of, versions_match, DatasetInfo, DatasetType, PoolCapacity, Provisioning, Versions,
-    VolumeStats, ZvolSpec,
+    release_of, versions_match, DatasetInfo, DatasetType, PoolCapacity, Provisioning, SnapshotInfo,
+    Versions, VolumeStats, ZvolSpec,
 };
 
 use create::{check_user_property, check_volume_size, translate_property};

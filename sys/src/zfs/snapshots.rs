@@ -71,17 +71,30 @@ impl Zfs {
     /// Destroys a snapshot; one that clones depend on is refused with their
     /// names ([`Error::HasClones`]) and kept.
     pub fn destroy_snapshot(&self, snap: &SnapshotName) -> Result<(), Error> {
-        let s = snap.as_str();
         let clones = self.clones_of(snap)?;
         if !clones.is_empty() {
             return Err(Error::HasClones {
-                snapshot: s.to_owned(),
+                snapshot: snap.to_string(),
                 clones,
             });
         }
+        self.destroy_snaps(snap, false)
+    }
+
+    /// Destroys a snapshot now if nothing depends on it; one with clones
+    /// (or holds) is marked `defer_destroy` instead, and the kernel destroys
+    /// it in the same transaction as its last clone. Its data stays
+    /// readable through the clones until then; a snapshot already marked is
+    /// marked again without error.
+    pub fn destroy_snapshot_deferred(&self, snap: &SnapshotName) -> Result<(), Error> {
+        self.destroy_snaps(snap, true)
+    }
+
+    fn destroy_snaps(&self, snap: &SnapshotName, defer: bool) -> Result<(), Error> {
+        let s = snap.as_str();
         let mut snaps = new_nvlist(s)?;
         snaps.add_boolean(s).map_err(|e| kernel(s, "destroy", e))?;
-        self.lzc.destroy_snaps(&snaps).map_err(|(e, errs)| {
+        self.lzc.destroy_snaps(&snaps, defer).map_err(|(e, errs)| {
             match errs.first().map(|(_, e)| *e).unwrap_or(e) {
                 errno::EEXIST => Error::HasClones {
                     snapshot: s.to_owned(),
@@ -96,18 +109,41 @@ impl Zfs {
         })
     }
 
+    /// A snapshot's GUID, creation time, size, clones, deferred-destroy mark
+    /// and user properties, in one open.
+    pub fn snapshot_info(&self, snap: &SnapshotName) -> Result<SnapshotInfo, Error> {
+        let s = snap.as_str();
+        self.with_open(s, ffi::TYPE_SNAPSHOT, "get", |_, d| {
+            Ok(SnapshotInfo {
+                name: snap.clone(),
+                guid: d.prop_u64(Prop::GUID).unwrap_or_default(),
+                creation: d.prop_u64(Prop::CREATION).unwrap_or_default(),
+                volsize: d.prop_u64(Prop::VOLSIZE),
+                used: d.prop_u64(Prop::USED).unwrap_or_default(),
+                clones: split_clones(d.prop_string(Prop::CLONES)),
+                defer_destroy: d.prop_u64(Prop::DEFER_DESTROY) == Some(1),
+                user_properties: d.user_props().into_iter().collect(),
+            })
+        })
+    }
+
     /// The clones of a snapshot (its `clones` property).
     fn clones_of(&self, snap: &SnapshotName) -> Result<Vec<String>, Error> {
         let s = snap.as_str();
         self.with_open(s, ffi::TYPE_SNAPSHOT, "destroy", |_, d| {
-            Ok(d.prop_string(Prop::CLONES)
-                .map(|c| {
-                    c.split(',')
-                        .filter(|x| !x.is_empty())
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default())
+            Ok(split_clones(d.prop_string(Prop::CLONES)))
         })
     }
+}
+
+/// The `clones` property's comma-separated names.
+fn split_clones(clones: Option<String>) -> Vec<String> {
+    clones
+        .map(|c| {
+            c.split(',')
+                .filter(|x| !x.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }

@@ -117,6 +117,30 @@ pub struct DatasetInfo {
     pub user_properties: BTreeMap<String, String>,
 }
 
+/// What [`Zfs::snapshot_info`](super::Zfs::snapshot_info) reads of a
+/// snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// The snapshot.
+    pub name: SnapshotName,
+    /// Its `guid`: stays the same for the snapshot's life, and a snapshot
+    /// destroyed and taken again under the same name gets a new one.
+    pub guid: u64,
+    /// `creation`, in seconds since the Unix epoch.
+    pub creation: u64,
+    /// `volsize` of a volume's snapshot: the volume's size when it was
+    /// taken.
+    pub volsize: Option<u64>,
+    /// `used`: the blocks only this snapshot holds.
+    pub used: u64,
+    /// The clones made from it, full names.
+    pub clones: Vec<String>,
+    /// Whether it is marked for destruction with its last clone.
+    pub defer_destroy: bool,
+    /// Every user property (`module:name`) with its value.
+    pub user_properties: BTreeMap<String, String>,
+}
+
 /// A pool's capacity in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolCapacity {

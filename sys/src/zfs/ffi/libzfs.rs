@@ -207,6 +207,8 @@ impl Prop {
     pub const GUID: Prop = Prop(z::ZFS_PROP_GUID);
     pub const CLONES: Prop = Prop(z::ZFS_PROP_CLONES);
     pub const ORIGIN: Prop = Prop(z::ZFS_PROP_ORIGIN);
+    pub const CREATION: Prop = Prop(z::ZFS_PROP_CREATION);
+    pub const DEFER_DESTROY: Prop = Prop(z::ZFS_PROP_DEFER_DESTROY);
 }
 
 /// The kind of a property's value.

@@ -235,12 +235,19 @@ impl Lzc {
         errno(unsafe { z::lzc_clone(name.as_ptr(), origin.as_ptr(), props.as_ptr()) })
     }
 
-    /// `lzc_destroy_snaps` (not deferred) of the snapshots named as keys of
-    /// `snaps`; on failure the errno and the per-snapshot errors.
-    pub fn destroy_snaps(&self, snaps: &NvList) -> Result<(), (c_int, Vec<(String, i32)>)> {
+    /// `lzc_destroy_snaps` of the snapshots named as keys of `snaps`;
+    /// `defer` marks a snapshot that has clones or holds for destruction
+    /// with the last of them instead of failing. On failure the errno and
+    /// the per-snapshot errors.
+    pub fn destroy_snaps(
+        &self,
+        snaps: &NvList,
+        defer: bool,
+    ) -> Result<(), (c_int, Vec<(String, i32)>)> {
         let mut errlist: *mut z::nvlist_t = ptr::null_mut();
+        let defer = if defer { z::B_TRUE } else { z::B_FALSE };
         // SAFETY: snaps is live and only read; errlist as in `snapshot`.
-        let rc = unsafe { z::lzc_destroy_snaps(snaps.as_ptr(), z::B_FALSE, &mut errlist) };
+        let rc = unsafe { z::lzc_destroy_snaps(snaps.as_ptr(), defer, &mut errlist) };
         // SAFETY: errlist is NULL or a list allocated for us.
         let errs = unsafe { NvList::from_raw(errlist) }
             .map(|l| l.as_ref().int32_entries())
