@@ -59,6 +59,18 @@ pub const POINTS: &[(&str, &str)] = &[
         "DeleteVolume: the backend destroyed the volume, the mark not committed",
     ),
     (
+        "snapshot-taken",
+        "CreateSnapshot: the backend took the snapshot, the mark not committed",
+    ),
+    (
+        "snapshot-deleted",
+        "DeleteSnapshot: the backend destroyed the snapshot (or marked it to go with its last clone), the mark not committed",
+    ),
+    (
+        "retained-destroyed",
+        "DeleteSnapshot, DeleteVolume of a clone: a volume kept for its snapshots destroyed, the mark not committed",
+    ),
+    (
         "release-unexported",
         "ReleaseVolume: every export removed, the mark not committed",
     ),

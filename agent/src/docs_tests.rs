@@ -7,7 +7,7 @@
 //! looks.
 
 /// The files whose refusals the guides document, with their names for messages.
-const SOURCES: [(&str, &str); 9] = [
+const SOURCES: [(&str, &str); 12] = [
     ("backend/zfs.rs", include_str!("backend/zfs.rs")),
     ("backend/lvm.rs", include_str!("backend/lvm.rs")),
     ("adopt.rs", include_str!("adopt.rs")),
@@ -17,6 +17,12 @@ const SOURCES: [(&str, &str); 9] = [
     ("service/inspect.rs", include_str!("service/inspect.rs")),
     ("service/mod.rs", include_str!("service/mod.rs")),
     ("service/recovery.rs", include_str!("service/recovery.rs")),
+    ("service/snapshots.rs", include_str!("service/snapshots.rs")),
+    ("service/sources.rs", include_str!("service/sources.rs")),
+    (
+        "backend/zfs/snapshots.rs",
+        include_str!("backend/zfs/snapshots.rs"),
+    ),
 ];
 
 /// The recovery rules, whose refusals are returned as `Err(String)` (the

@@ -17,6 +17,10 @@ pub enum AgentError {
     /// The system is not in a state that allows the request (fencing, device in use, ...).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// A size is outside what the source allows (a clone smaller than its
+    /// snapshot).
+    #[error("{0}")]
+    OutOfRange(String),
     /// Not enough space.
     #[error("{0}")]
     ResourceExhausted(String),
@@ -39,6 +43,7 @@ impl AgentError {
             AgentError::NotFound(_) => Code::NotFound,
             AgentError::AlreadyExists(_) => Code::AlreadyExists,
             AgentError::FailedPrecondition(_) => Code::FailedPrecondition,
+            AgentError::OutOfRange(_) => Code::OutOfRange,
             AgentError::ResourceExhausted(_) => Code::ResourceExhausted,
             AgentError::Unimplemented(_) => Code::Unimplemented,
             AgentError::Unavailable(_) => Code::Unavailable,

@@ -107,6 +107,10 @@ pub enum Admission {
     RepeatsDelete,
     /// The request repeats the ReleaseVolume that ended the lifecycle: succeed, touch nothing.
     RepeatsRelease,
+    /// No token was asked for: the work changes no lifecycle (a snapshot's
+    /// deletion, which its ID authorizes, or the collection of a volume
+    /// kept for its snapshots).
+    Unfenced,
 }
 
 /// Whether the request is a DeleteVolume (the only call an ended lifecycle may repeat).

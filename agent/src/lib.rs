@@ -33,6 +33,7 @@ pub mod marks;
 pub mod recovery;
 pub mod server;
 pub mod service;
+pub mod snapshot_id;
 pub mod tls;
 pub mod volume;
 

@@ -224,6 +224,48 @@ pub struct FenceMark {
     /// lifecycle, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered: Option<RecoveryRecord>,
+    /// The snapshots of the volume this agent took, by snapshot name (the
+    /// part after `@`): the only ones it may ever destroy.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub snapshots: BTreeMap<String, SnapshotRecord>,
+    /// The volume was deleted while snapshots of it remained: it is kept
+    /// hidden until the last of them is gone, then destroyed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retained: bool,
+    /// The snapshot the volume was cloned from, when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<OriginRecord>,
+}
+
+/// A snapshot the agent took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotRecord {
+    /// Its owner's UID (a CreateSnapshot's `snapshot_uid`, or for the
+    /// internal snapshot of a clone-from-volume the clone's volume UID).
+    pub uid: String,
+    /// Its GUID, pinned when it was taken: a snapshot of the same name
+    /// with another GUID is not this agent's.
+    pub guid: String,
+    /// The source's size when it was taken.
+    pub size_bytes: u64,
+    /// When it was taken, seconds since the Unix epoch.
+    pub creation: u64,
+    /// DeleteSnapshot was called (or the snapshot is the internal one of
+    /// a clone-from-volume): it is no longer listed, and lives only while
+    /// clones need it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+}
+
+/// Where a cloned volume came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OriginRecord {
+    /// The source volume's ID.
+    pub volume_id: String,
+    /// The snapshot's name (after `@`).
+    pub snapshot: String,
 }
 
 /// A committed TransferVolumeOwnership: the grant and the lifecycle it ended.
@@ -250,6 +292,9 @@ impl FenceMark {
             adopted: None,
             import_probe: None,
             recovered: None,
+            snapshots: BTreeMap::new(),
+            retained: false,
+            origin: None,
         }
     }
 }

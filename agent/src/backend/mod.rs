@@ -122,6 +122,50 @@ pub trait Backend: Send + Sync {
         let _ = lv;
         None
     }
+    /// The backend's snapshots and clones, `None` when it has none.
+    fn snapshots(&self) -> Option<&dyn Snapshots> {
+        None
+    }
+}
+
+/// A snapshot as the backend sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotState {
+    /// Its identity (a ZFS snapshot's GUID), pinned in the source's mark.
+    pub guid: String,
+    /// The source's size when it was taken.
+    pub size_bytes: u64,
+    /// When it was taken, seconds since the Unix epoch.
+    pub creation: u64,
+}
+
+/// Snapshots of a backend's volumes, and volumes cloned from them. A
+/// snapshot is named by its volume's record and its name after `@`.
+pub trait Snapshots: Send + Sync {
+    /// Takes the snapshot `name` of the volume at `at`, or returns the
+    /// one of that name already there.
+    fn take(&self, at: &BackendRecord, name: &str) -> Result<SnapshotState, AgentError>;
+    /// The snapshot `name` of the volume at `at`, `None` when absent.
+    fn find(&self, at: &BackendRecord, name: &str) -> Result<Option<SnapshotState>, AgentError>;
+    /// Deletes the snapshot, or when clones still depend on it marks it to
+    /// go with the last of them; returns whether it is gone now.
+    fn delete(&self, at: &BackendRecord, name: &str) -> Result<bool, AgentError>;
+    /// The names of every snapshot of the volume, whoever took them.
+    fn names(&self, at: &BackendRecord) -> Result<Vec<String>, AgentError>;
+    /// Clones the snapshot `name` of the volume at `source` as the volume
+    /// at `target`, grown to at least `bytes`; a repeat returns the clone
+    /// already there when it was made from that snapshot.
+    fn clone_volume(
+        &self,
+        source: &BackendRecord,
+        name: &str,
+        target: &BackendRecord,
+        bytes: u64,
+        options: &CreateOptions,
+    ) -> Result<(BackendRecord, VolumeState), AgentError>;
+    /// Hides a volume kept only for its snapshots: no device node and no
+    /// reserved space, the data kept.
+    fn retain(&self, at: &BackendRecord) -> Result<(), AgentError>;
 }
 
 mod lvm;

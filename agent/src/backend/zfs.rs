@@ -131,6 +131,8 @@ impl ZfsBackend {
     }
 }
 
+mod snapshots;
+
 /// Rounds `bytes` up to a multiple of `block`.
 fn round_up(bytes: u64, block: u64) -> u64 {
     bytes.div_ceil(block).saturating_mul(block)
@@ -393,5 +395,9 @@ impl Backend for ZfsBackend {
             available_bytes: c.free,
             used_bytes: c.allocated,
         })
+    }
+
+    fn snapshots(&self) -> Option<&dyn super::Snapshots> {
+        Some(self)
     }
 }

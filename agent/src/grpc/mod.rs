@@ -7,6 +7,7 @@
 //! | `convert.rs` | wire enums, tokens and import sources to the agent's types |
 //! | `inspect.rs` | the wire form of an inspection |
 //! | `recovery.rs` | the recovery snapshot of InspectVolume, TransferVolumeOwnership |
+//! | `snapshots.rs` | content sources and snapshot infos |
 use crate::{
     backend::{BackendKind, CreateOptions},
     error::AgentError,
@@ -24,6 +25,7 @@ use tracing::instrument;
 mod convert;
 mod inspect;
 mod recovery;
+mod snapshots;
 
 /// The tonic service over an [`Agent`].
 #[derive(Clone)]
@@ -46,7 +48,7 @@ type Reply<T> = Result<Response<T>, Status>;
 
 /// The RPCs this agent serves, in the order `AgentService` declares them
 /// (GetCapabilitiesResponse.rpcs).
-pub const SERVED_RPCS: [&str; 15] = [
+pub const SERVED_RPCS: [&str; 18] = [
     "GetCapabilities",
     "GetCapacity",
     "ListVolumes",
@@ -62,6 +64,9 @@ pub const SERVED_RPCS: [&str; 15] = [
     "InspectVolume",
     "TransferVolumeOwnership",
     "ReconcileState",
+    "CreateSnapshot",
+    "DeleteSnapshot",
+    "ListSnapshots",
 ];
 
 #[tonic::async_trait]
@@ -212,6 +217,7 @@ impl AgentService for AgentGrpc {
     ) -> Reply<pb::CreateVolumeResponse> {
         let r = request.into_inner();
         let import = import_source(&r)?;
+        let source = snapshots::content_source(&r)?;
         let options = CreateOptions {
             zfs_properties: r.zfs_properties.into_iter().collect(),
             thin: match pb::LvmProvisioning::try_from(r.lvm_provisioning) {
@@ -242,11 +248,12 @@ impl AgentService for AgentGrpc {
             }
             None => {
                 self.agent
-                    .create_volume(
+                    .create_volume_from(
                         &r.volume_id,
                         kind,
                         r.capacity_bytes,
                         options,
+                        source,
                         token(r.fence).as_ref(),
                     )
                     .await?
@@ -256,6 +263,54 @@ impl AgentService for AgentGrpc {
             volume_id: r.volume_id,
             capacity_bytes: state.capacity_bytes,
             device_path: state.device_path.display().to_string(),
+        }))
+    }
+
+    #[instrument(skip_all, fields(volume = %request.get_ref().source_volume_id))]
+    async fn create_snapshot(
+        &self,
+        request: Request<pb::CreateSnapshotRequest>,
+    ) -> Reply<pb::CreateSnapshotResponse> {
+        let r = request.into_inner();
+        let snapshot = self
+            .agent
+            .create_snapshot(
+                &r.source_volume_id,
+                backend_kind(r.backend_type)?,
+                &r.snapshot_uid,
+                token(r.fence).as_ref(),
+            )
+            .await?;
+        Ok(Response::new(pb::CreateSnapshotResponse {
+            snapshot: Some(snapshots::snapshot_info(snapshot)),
+        }))
+    }
+
+    #[instrument(skip_all, fields(snapshot = %request.get_ref().snapshot_id))]
+    async fn delete_snapshot(
+        &self,
+        request: Request<pb::DeleteSnapshotRequest>,
+    ) -> Reply<pb::DeleteSnapshotResponse> {
+        let r = request.into_inner();
+        self.agent
+            .delete_snapshot(&r.snapshot_id, backend_kind(r.backend_type)?)
+            .await?;
+        Ok(Response::new(pb::DeleteSnapshotResponse {}))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_snapshots(
+        &self,
+        request: Request<pb::ListSnapshotsRequest>,
+    ) -> Reply<pb::ListSnapshotsResponse> {
+        let r = request.into_inner();
+        let source = Some(r.source_volume_id.as_str()).filter(|s| !s.is_empty());
+        let snapshots = self.agent.list_snapshots(source).await?;
+        Ok(Response::new(pb::ListSnapshotsResponse {
+            snapshots: snapshots
+                .into_iter()
+                .map(snapshots::snapshot_info)
+                .collect(),
         }))
     }
 

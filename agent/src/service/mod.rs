@@ -33,6 +33,8 @@ mod exports;
 mod inspect;
 mod reconcile;
 mod recovery;
+mod snapshots;
+mod sources;
 mod txn;
 mod volumes;
 
@@ -40,6 +42,8 @@ pub(crate) use adoption::pinned_record as pinned;
 pub use inspect::{Inspection, ObservedExport};
 pub use reconcile::Reconciled;
 pub use recovery::Transfer;
+pub use snapshots::SnapshotInfo;
+pub use sources::ContentSource;
 use txn::blocking;
 
 /// The agent: its backends, exporters, marks and locks.
@@ -262,6 +266,8 @@ impl Agent {
                 }
             };
             let state = match (&mark.backend, VolumeId::parse(&raw)) {
+                // A volume kept for its snapshots has no device node.
+                _ if mark.retained => None,
                 (Some(location), Ok(id)) => self.device_of(&id, location).await.ok(),
                 _ => None,
             };

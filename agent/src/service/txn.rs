@@ -77,6 +77,26 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// Takes the volume's lock and loads its mark without a token: for work
+    /// that changes no lifecycle ([`Admission::Unfenced`]).
+    pub(crate) async fn hold(&self, id: &VolumeId) -> Result<Txn, AgentError> {
+        let guard = self.locks.lock(id.as_str()).await;
+        let (marks, key) = (self.marks.clone(), id.as_str().to_owned());
+        let on_disk = blocking(move || Ok(marks.load(&key)?)).await?;
+        Ok(Txn {
+            id: id.clone(),
+            mark: on_disk
+                .clone()
+                .unwrap_or_else(|| FenceMark::new(id.as_str())),
+            on_disk,
+            admission: Admission::Unfenced,
+            marks: self.marks.clone(),
+            _guard: guard,
+        })
+    }
+}
+
 impl Txn {
     /// Writes `self.mark` durably and keeps holding the lock (an intent
     /// recorded before the work it announces).

@@ -1,5 +1,5 @@
 //! CreateVolume, DeleteVolume and ExpandVolume.
-use super::{blocking, describe, recorded, sized, txn::Txn, Agent};
+use super::{blocking, describe, recorded, sized, sources::ContentSource, txn::Txn, Agent};
 use crate::{
     backend::{Backend, BackendKind, CreateOptions, VolumeState},
     error::AgentError,
@@ -12,7 +12,7 @@ use std::{sync::Arc, time::Instant};
 use tracing::{info, warn};
 
 impl Agent {
-    /// CreateVolume.
+    /// CreateVolume of an empty volume.
     pub async fn create_volume(
         self: &Arc<Self>,
         id: &str,
@@ -21,18 +21,42 @@ impl Agent {
         options: CreateOptions,
         token: Option<&Token>,
     ) -> Result<VolumeState, AgentError> {
+        self.create_volume_from(id, kind, bytes, options, None, token)
+            .await
+    }
+
+    /// CreateVolume, of a clone of `source` when it names one.
+    pub async fn create_volume_from(
+        self: &Arc<Self>,
+        id: &str,
+        kind: Option<BackendKind>,
+        bytes: u64,
+        options: CreateOptions,
+        source: Option<ContentSource>,
+        token: Option<&Token>,
+    ) -> Result<VolumeState, AgentError> {
         let id = sized(id, bytes, "capacity_bytes")?;
         let backend = self.backend(&id, kind)?;
         let at = backend.locate(&id)?;
+        if let Some(source) = &source {
+            super::snapshots::snapshots_of(&*backend)?;
+            if source.volume().pool() != id.pool() {
+                return Err(AgentError::InvalidArgument(format!(
+                    "volume {id}: source {source} is on {:?}; a clone is made on its source's pool",
+                    source.volume().pool()
+                )));
+            }
+        }
         let token = token.cloned();
         self.detached(move |agent| async move {
             agent
-                .create_admitted(id, backend, at, bytes, options, token)
+                .create_admitted(id, backend, at, bytes, options, source, token)
                 .await
         })
         .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn create_admitted(
         &self,
         id: VolumeId,
@@ -40,6 +64,7 @@ impl Agent {
         at: BackendRecord,
         bytes: u64,
         options: CreateOptions,
+        source: Option<ContentSource>,
         token: Option<Token>,
     ) -> Result<VolumeState, AgentError> {
         let started = Instant::now();
@@ -50,6 +75,30 @@ impl Agent {
                 describe(pin)
             )));
         }
+        if txn.mark.retained {
+            return Err(AgentError::FailedPrecondition(format!(
+                "volume {id} was deleted and is kept hidden until its last snapshot is gone; its ID cannot be used again before then"
+            )));
+        }
+        let uid = token
+            .as_ref()
+            .map(|t| t.volume_uid.clone())
+            .unwrap_or_default();
+        let origin = source.as_ref().map(|s| s.origin(&uid));
+        if txn.mark.backend.is_some() && txn.mark.origin != origin {
+            return Err(AgentError::AlreadyExists(format!(
+                "volume {id} exists {}; the request asks for {}",
+                match &txn.mark.origin {
+                    Some(o) => format!("as a clone of {}@{}", o.volume_id, o.snapshot),
+                    None => "without a content source".into(),
+                },
+                match &source {
+                    Some(s) => format!("a clone of {s}"),
+                    None => "no content source".into(),
+                }
+            )));
+        }
+        let made = txn.mark.backend.is_some();
         // The mark as it was before this call wrote an intent, if it did.
         let mut before_intent = None;
         let target = match txn.mark.backend.clone() {
@@ -67,13 +116,37 @@ impl Agent {
                 // and the mark leaves a volume this agent knows it made.
                 before_intent = Some(txn.on_disk.clone());
                 txn.mark.backend = Some(at.clone());
+                txn.mark.origin = origin.clone();
                 txn.save().await?;
                 at.clone()
             }
         };
         let b = backend.clone();
         let backend_started = Instant::now();
-        let created = blocking(move || b.create(&target, bytes, &options)).await;
+        let created = match (&source, &origin) {
+            (Some(source), Some(o)) => {
+                match self.hold_origin(source, o, &backend, made).await {
+                    Ok(from) if !made && bytes < from.size_bytes => Err(AgentError::OutOfRange(format!(
+                        "volume {id}: capacity_bytes {bytes} is less than the {} bytes of source {source}",
+                        from.size_bytes
+                    ))),
+                    Ok(from) => {
+                        blocking(move || {
+                            super::snapshots::snapshots_of(&*b)?.clone_volume(
+                                &from.at,
+                                &from.snapshot,
+                                &target,
+                                bytes,
+                                &options,
+                            )
+                        })
+                        .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            _ => blocking(move || b.create(&target, bytes, &options)).await,
+        };
         let backend_ms = backend_started.elapsed().as_millis();
         let (record, state) = match created {
             Ok(done) => {
@@ -81,6 +154,11 @@ impl Agent {
                 done
             }
             Err(e) => {
+                if let (Some(ContentSource::Volume(_)), Some(o)) = (&source, &origin) {
+                    if let Err(release) = self.release_origin(o, &backend).await {
+                        warn!(volume = %id, error = %release, "the snapshot of the source of a failed clone is left for the collection");
+                    }
+                }
                 if let Some(before) = before_intent {
                     // The intent is undone only when the backend shows no
                     // volume: a create that made the volume and then failed
@@ -102,6 +180,9 @@ impl Agent {
         };
         txn.mark.backend = Some(record);
         txn.commit().await?;
+        if let (Some(ContentSource::Volume(_)), Some(o)) = (&source, &origin) {
+            self.release_origin(o, &backend).await?;
+        }
         info!(
             volume = %id,
             bytes = state.capacity_bytes,
@@ -192,6 +273,12 @@ impl Agent {
             return txn.commit().await;
         };
         txn.mark.fence = mark.fence.end(token);
+        if self.retains(&id, &backend, &record, &mark).await? {
+            txn.mark.retained = true;
+            txn.commit().await?;
+            info!(volume = %id, "volume deleted; kept hidden until its last snapshot is gone");
+            return Ok(());
+        }
         let target = record.clone();
         if let Err(e) = blocking(move || backend.destroy(&target)).await {
             // Put the exports back: a failed delete changes nothing.
@@ -205,9 +292,48 @@ impl Agent {
         // The adopted volume is destroyed: its pin protects nothing any more.
         txn.mark.adopted = None;
         txn.mark.import_probe = None;
+        let origin = txn.mark.origin.take();
         txn.commit().await?;
         info!(volume = %id, "volume deleted");
+        if let Some(origin) = origin {
+            // The clone is gone, and with it perhaps the last user of a
+            // deleted snapshot; its source may go now. The delete stands
+            // either way: a later collection finishes what this one cannot.
+            let source = VolumeId::parse(&origin.volume_id)?;
+            if let Err(e) = self.collect(source).await {
+                warn!(volume = %id, source = %origin.volume_id, error = %e, "could not collect the source of a deleted clone");
+            }
+        }
         Ok(())
+    }
+
+    /// Whether a deleted volume is kept for its snapshots: it has some, and
+    /// every one is this agent's (a snapshot the agent did not take keeps
+    /// the refusal of the destroy, which names it). A kept volume is hidden
+    /// (unexported already, no device node, no reservation).
+    async fn retains(
+        &self,
+        id: &VolumeId,
+        backend: &Arc<dyn Backend>,
+        record: &BackendRecord,
+        mark: &crate::marks::FenceMark,
+    ) -> Result<bool, AgentError> {
+        if backend.snapshots().is_none() {
+            return Ok(false);
+        }
+        let (b, at) = (backend.clone(), record.clone());
+        let names = blocking(move || super::snapshots::snapshots_of(&*b)?.names(&at)).await?;
+        if names.is_empty() || names.iter().any(|n| !mark.snapshots.contains_key(n)) {
+            return Ok(false);
+        }
+        let (b, at) = (backend.clone(), record.clone());
+        if let Err(e) = blocking(move || super::snapshots::snapshots_of(&*b)?.retain(&at)).await {
+            if let Err(restore) = self.export_all(id, record, mark).await {
+                warn!(volume = %id, error = %restore, "could not restore exports after a failed delete");
+            }
+            return Err(e);
+        }
+        Ok(true)
     }
 
     /// ExpandVolume: grows the volume and revalidates its exports.

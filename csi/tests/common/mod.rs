@@ -121,6 +121,9 @@ delegate! {
     inspect_volume(InspectVolumeRequest) -> InspectVolumeResponse;
     transfer_volume_ownership(TransferVolumeOwnershipRequest) -> TransferVolumeOwnershipResponse;
     reconcile_state(ReconcileStateRequest) -> ReconcileStateResponse;
+    create_snapshot(CreateSnapshotRequest) -> CreateSnapshotResponse;
+    delete_snapshot(DeleteSnapshotRequest) -> DeleteSnapshotResponse;
+    list_snapshots(ListSnapshotsRequest) -> ListSnapshotsResponse;
 }
 
 /// An API server with the CRDs, the simulated agent `storage-1`, and two
