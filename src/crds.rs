@@ -88,7 +88,8 @@ mod tests {
         let out = tmp.path().join("a/b");
         write(&out).unwrap();
         let n = std::fs::read_dir(&out).unwrap().count();
-        assert_eq!(n, 6);
+        assert_eq!(n, api::crd::crds().len());
+        assert_eq!(n, 7);
         let yaml =
             std::fs::read_to_string(out.join("pillarvolumestates.pillar-csi.bhyoo.com.yaml"))
                 .unwrap();

@@ -4,7 +4,7 @@
 //! | key | value |
 //! | --- | --- |
 //! | `fsType` | the filesystem the volume resolved to (`ext4`, `xfs`) |
-//! | `existingData` | present when the volume held data before pillar-csi served it: `import-zvol`, `import-lv` or `recovery` |
+//! | `existingData` | present when the volume held data before pillar-csi served it or was made from another's: `import-zvol`, `import-lv`, `recovery`, `snapshot` or `clone` |
 //!
 //! A volume marked `existingData` is never formatted by the node, even when
 //! libblkid finds no signature on it: raw application data, a wiped or
@@ -27,6 +27,10 @@ pub enum Origin {
     ImportLv,
     /// A volume whose record was recovered after a metadata loss.
     Recovery,
+    /// A volume restored from a snapshot.
+    Snapshot,
+    /// A volume cloned from another volume.
+    Clone,
 }
 
 impl Origin {
@@ -36,6 +40,8 @@ impl Origin {
             Origin::ImportZvol => "import-zvol",
             Origin::ImportLv => "import-lv",
             Origin::Recovery => "recovery",
+            Origin::Snapshot => "snapshot",
+            Origin::Clone => "clone",
         }
     }
 
@@ -92,7 +98,13 @@ mod tests {
         let plain = build(Some(FsType::Xfs), None);
         assert_eq!(plain.get(FS_TYPE).map(String::as_str), Some("xfs"));
         assert_eq!(existing_data(&plain), None);
-        for origin in [Origin::ImportZvol, Origin::ImportLv, Origin::Recovery] {
+        for origin in [
+            Origin::ImportZvol,
+            Origin::ImportLv,
+            Origin::Recovery,
+            Origin::Snapshot,
+            Origin::Clone,
+        ] {
             let context = build(None, Some(origin));
             assert_eq!(context.get(FS_TYPE), None);
             assert_eq!(existing_data(&context).as_deref(), Some(origin.as_str()));

@@ -9,10 +9,10 @@ use pillar_csi_lab::apiserver::ApiServer;
 
 type Result<T = ()> = pillar_csi_lab::Result<T>;
 
-/// Installs the chart's CRDs, checking there are six.
+/// Installs the chart's CRDs, checking there are seven.
 async fn install_crds(server: &ApiServer) -> Result {
     let names = server.install_chart_crds().await?;
-    assert_eq!(names.len(), 6, "{names:?}");
+    assert_eq!(names.len(), 7, "{names:?}");
     Ok(())
 }
 
@@ -191,6 +191,38 @@ async fn the_chart_crds_serve_every_kind_on_a_real_api_server() -> Result {
     assert_eq!(
         reservations.create(&pp, &reservation).await?.spec,
         reservation.spec
+    );
+
+    // A snapshot record, its status through the subresource.
+    let snapshots: Api<PillarSnapshot> = Api::all(client.clone());
+    let record = PillarSnapshot::new(
+        "snapcontent-1",
+        PillarSnapshotSpec {
+            source_volume_id: "storage-1/nvmeof-tcp/zfs-zvol/tank/pvc-1".into(),
+            source_agent_volume_id: "tank/pvc-1".into(),
+            agent_ref: "storage-1".into(),
+            backend_type: Backend::ZfsZvol,
+        },
+    );
+    assert_eq!(snapshots.create(&pp, &record).await?.spec, record.spec);
+    let status = serde_json::json!({"status": {"readyToUse": true, "sizeBytes": 1u64 << 30}});
+    let ready = snapshots
+        .patch_status(
+            "snapcontent-1",
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await?;
+    assert_eq!(ready.status.and_then(|s| s.size_bytes), Some(1 << 30));
+    let columns = server.kubectl(&["get", "psnap"])?;
+    assert!(
+        columns
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .eq(["NAME", "AGENT", "SOURCE", "READY", "SIZE", "AGE"]),
+        "{columns}"
     );
 
     // What the spec's commands read, through kubectl.

@@ -11,7 +11,7 @@ from chart import (CASES, CHART, EXAMPLES, chart_copy_with_crds, crd_files, find
 
 FIXTURE = (CHART.parents[1] / "tests" / "chart" / "fixtures" / "widget-crd.yaml").read_text()
 PLURALS = {"pillaragents", "pillarstores", "pillarprotocols", "pillarstorageclasses",
-           "pillarvolumestates", "pillarvolumereservations"}
+           "pillarvolumestates", "pillarvolumereservations", "pillarsnapshots"}
 WAITING = "waiting for the controller's generated CRDs in charts/pillar-csi/files/crds/"
 
 

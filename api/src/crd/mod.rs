@@ -8,6 +8,7 @@
 //! | [`PillarStorageClass`] | `pillarstorageclasses` | store + protocol + filesystem; owns the StorageClass it generates |
 //! | [`PillarVolumeState`] (`pvst`) | `pillarvolumestates` | the controller's record of one volume; status subresource |
 //! | [`PillarVolumeReservation`] | `pillarvolumereservations` | an imported zvol or LV reserved for one claim |
+//! | [`PillarSnapshot`] (`psnap`) | `pillarsnapshots` | the controller's record of one snapshot; status subresource |
 //!
 //! Field names are those of the spec's YAML and kubectl/jq commands. The
 //! schemas are structural and carry no CEL rules (the lab API server is
@@ -18,6 +19,8 @@
 #[allow(clippy::duplicated_attributes)]
 mod infra;
 #[allow(clippy::duplicated_attributes)]
+mod snapshot;
+#[allow(clippy::duplicated_attributes)]
 mod volume;
 
 pub use infra::{
@@ -26,6 +29,7 @@ pub use infra::{
     PillarStorageClassSpec, PillarStore, PillarStoreSpec, ProtocolConfig, ReadyStatus,
     ReclaimPolicy, StorageClassTemplate, StoreBackend, VolumeBindingMode, ZfsBackend,
 };
+pub use snapshot::{PillarSnapshot, PillarSnapshotSpec, PillarSnapshotStatus};
 pub use volume::{
     ClaimRef, ExportSpec, LvmSource, PillarVolumeReservation, PillarVolumeReservationSpec,
     PillarVolumeState, PillarVolumeStateSpec, PillarVolumeStateStatus, PublishedNode, Recovery,
@@ -78,6 +82,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         PillarStorageClass::crd(),
         PillarVolumeState::crd(),
         PillarVolumeReservation::crd(),
+        PillarSnapshot::crd(),
     ];
     for crd in &mut all {
         crd.metadata

@@ -13,6 +13,7 @@ fn every_crd_is_cluster_scoped_kept_and_named_by_plural_and_group() {
             "pillarstorageclasses.pillar-csi.bhyoo.com.yaml",
             "pillarvolumestates.pillar-csi.bhyoo.com.yaml",
             "pillarvolumereservations.pillar-csi.bhyoo.com.yaml",
+            "pillarsnapshots.pillar-csi.bhyoo.com.yaml",
         ]
     );
     for crd in &all {
@@ -42,6 +43,47 @@ fn the_volume_state_has_its_short_name_and_status_subresource() {
         .map(|c| c.json_path.as_str())
         .collect();
     assert!(cols.contains(&".status.phase"), "{cols:?}");
+}
+
+#[test]
+fn the_snapshot_record_has_its_short_name_status_and_id_fields() {
+    let crd = PillarSnapshot::crd();
+    assert_eq!(
+        crd.spec.names.short_names.as_deref(),
+        Some(&["psnap".to_owned()][..])
+    );
+    assert!(crd.spec.versions[0]
+        .subresources
+        .as_ref()
+        .unwrap()
+        .status
+        .is_some());
+    let record = PillarSnapshot::new(
+        "snapcontent-1",
+        PillarSnapshotSpec {
+            source_volume_id: "storage-1/nvmeof-tcp/zfs-zvol/tank/pvc-1".into(),
+            source_agent_volume_id: "tank/pvc-1".into(),
+            agent_ref: "storage-1".into(),
+            backend_type: crate::tokens::Backend::ZfsZvol,
+        },
+    );
+    let json = serde_json::to_value(&record).unwrap();
+    assert_eq!(
+        json["spec"]["sourceVolumeID"],
+        "storage-1/nvmeof-tcp/zfs-zvol/tank/pvc-1"
+    );
+    assert_eq!(json["spec"]["sourceAgentVolumeID"], "tank/pvc-1");
+    assert_eq!(json["spec"]["backendType"], "zfs-zvol");
+    let status = serde_json::to_value(PillarSnapshotStatus {
+        snapshot_id: Some("x".into()),
+        ready_to_use: Some(true),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(
+        status,
+        serde_json::json!({"snapshotID": "x", "readyToUse": true})
+    );
 }
 
 #[test]

@@ -8,13 +8,16 @@ use pillar_csi_proto::csi::v1::{
 
 /// The Controller RPCs this controller serves, as ControllerGetCapabilities
 /// reports them.
-pub const RPCS: [Rpc; 6] = [
+pub const RPCS: [Rpc; 9] = [
     Rpc::CreateDeleteVolume,
     Rpc::PublishUnpublishVolume,
     Rpc::ListVolumes,
     Rpc::GetCapacity,
     Rpc::ExpandVolume,
     Rpc::ListVolumesPublishedNodes,
+    Rpc::CreateDeleteSnapshot,
+    Rpc::ListSnapshots,
+    Rpc::CloneVolume,
 ];
 
 /// [`RPCS`] as CSI messages.

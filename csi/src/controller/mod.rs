@@ -16,7 +16,9 @@
 //!   refusals; [`reservations`]: the PillarVolumeReservation each import
 //!   takes; [`settings`]: the `filesystem` and `backend` annotations;
 //! - [`recovery`]: metadata-loss recovery (RecoveryPending records, the
-//!   grant's checks, TransferVolumeOwnership).
+//!   grant's checks, TransferVolumeOwnership);
+//! - [`snapshots`]: CreateSnapshot, DeleteSnapshot, ListSnapshots (the
+//!   PillarSnapshot records) and CreateVolume's content sources.
 
 pub mod agents;
 pub mod capabilities;
@@ -31,6 +33,7 @@ pub mod recovery;
 pub mod reservations;
 pub mod resolve;
 pub mod settings;
+pub mod snapshots;
 pub mod state;
 pub mod timed;
 pub mod volumes;
@@ -236,23 +239,30 @@ impl csi::controller_server::Controller for Controller {
 
     async fn create_snapshot(
         &self,
-        _: Request<csi::CreateSnapshotRequest>,
+        request: Request<csi::CreateSnapshotRequest>,
     ) -> Result<Response<csi::CreateSnapshotResponse>, Status> {
-        unimplemented("CreateSnapshot")
+        let snapshot = self.snapshot(request.into_inner()).await?;
+        Ok(Response::new(csi::CreateSnapshotResponse {
+            snapshot: Some(snapshot),
+        }))
     }
 
     async fn delete_snapshot(
         &self,
-        _: Request<csi::DeleteSnapshotRequest>,
+        request: Request<csi::DeleteSnapshotRequest>,
     ) -> Result<Response<csi::DeleteSnapshotResponse>, Status> {
-        unimplemented("DeleteSnapshot")
+        self.remove_snapshot(&request.into_inner().snapshot_id)
+            .await?;
+        Ok(Response::new(csi::DeleteSnapshotResponse {}))
     }
 
     async fn list_snapshots(
         &self,
-        _: Request<csi::ListSnapshotsRequest>,
+        request: Request<csi::ListSnapshotsRequest>,
     ) -> Result<Response<csi::ListSnapshotsResponse>, Status> {
-        unimplemented("ListSnapshots")
+        Ok(Response::new(
+            self.list_snapshots_page(request.into_inner()).await?,
+        ))
     }
 
     async fn get_snapshot(

@@ -72,17 +72,41 @@ impl Controller {
                 return self.recover(&req, state).await;
             }
         }
-        if req.volume_content_source.is_some() {
-            return Err(Error::InvalidArgument(
-                "volume content sources (snapshots, clones) are not supported".into(),
-            ));
-        }
-        let bytes = requested_bytes(req.capacity_range.as_ref())?;
+        let source = match &req.volume_content_source {
+            Some(source) => Some(self.content_source(source).await?),
+            None => None,
+        };
+        let bytes = match (&source, &req.capacity_range) {
+            (Some(source), None) => source.bytes,
+            _ => requested_bytes(req.capacity_range.as_ref())?,
+        };
         let class = resolve::class_name(&req.parameters)?;
         let place = resolve::placement(&self.client, class).await?;
         let store_name = place.store.name_any();
         let existing = self.states.get(&record_name).await?;
         let (wants, claim_ref) = self.wants_of(&req, &place, existing.as_ref()).await?;
+        if let Some(source) = &source {
+            if wants.import.is_some() {
+                return Err(Error::InvalidArgument(format!(
+                    "volume {:?}: a claim cannot both import a volume and be made from a snapshot or volume",
+                    req.name
+                )));
+            }
+            if source.agent != place.agent.name_any() {
+                return Err(Error::InvalidArgument(format!(
+                    "volume {:?}: its source is on agent {}, the class places volumes on agent {}; a volume is made from a snapshot or volume of its own store",
+                    req.name,
+                    source.agent,
+                    place.agent.name_any()
+                )));
+            }
+            if bytes < source.bytes {
+                return Err(Error::OutOfRange(format!(
+                    "volume {:?}: {bytes} bytes requested, less than the {} bytes of its source",
+                    req.name, source.bytes
+                )));
+            }
+        }
         let id = match &wants.import {
             Some(import) => import.agent_volume_id.clone(),
             None => volume_in(
@@ -187,6 +211,9 @@ impl Controller {
         if let Some(import) = &wants.import {
             import.apply(&mut request);
         }
+        if let Some(source) = &source {
+            source.apply(&mut request);
+        }
         let mut client = self.agents.client(&place.agent)?;
         let created = client
             .client
@@ -232,11 +259,13 @@ impl Controller {
             .as_ref()
             .and_then(|r| r.filesystem.as_ref())
             .map(|fs| fs.fs_type);
-        let context = volume_context::build(fs_type, volume_context::Origin::of(&state.spec));
+        let origin = volume_context::Origin::of(&state.spec).or(source.map(|s| s.origin));
+        let context = volume_context::build(fs_type, origin);
         Ok(csi::Volume {
             capacity_bytes: created.capacity_bytes as i64,
             volume_id: handle.to_string(),
             volume_context: context,
+            content_source: req.volume_content_source.clone(),
             ..Default::default()
         })
     }
