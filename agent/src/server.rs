@@ -149,6 +149,18 @@ async fn shutdown_signal() {
     info!("shutting down");
 }
 
+/// Destroys the volumes kept for snapshots that are all gone; a failure
+/// is logged and retried at the next resync.
+async fn collect_kept(agent: &Agent) {
+    match agent.collect_all().await {
+        Ok(failed) if !failed.is_empty() => {
+            warn!(failed = ?failed, "some volumes kept for their snapshots could not be collected")
+        }
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "the collection of volumes kept for their snapshots failed"),
+    }
+}
+
 /// Serves `agent` as `config` says; returns when a shutdown signal arrives.
 pub async fn serve(config: &AgentConfig, agent: Agent, version: &str) -> Result<(), ServeError> {
     config.validate()?;
@@ -162,6 +174,7 @@ pub async fn serve(config: &AgentConfig, agent: Agent, version: &str) -> Result<
         failed = restored.failed.len(),
         "exports re-created from fence marks"
     );
+    collect_kept(&agent).await;
     if let Some(every) = config.resync_interval() {
         let resync = agent.clone();
         tokio::spawn(async move {
@@ -176,6 +189,7 @@ pub async fn serve(config: &AgentConfig, agent: Agent, version: &str) -> Result<
                     Ok(_) => {}
                     Err(e) => warn!(error = %e, "resync failed"),
                 }
+                collect_kept(&resync).await;
             }
         });
     }

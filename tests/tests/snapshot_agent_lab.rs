@@ -404,3 +404,81 @@ async fn snapshot_agent_refusals_and_retries_change_nothing() -> Result<()> {
     assert_eq!(parent.children()?, Vec::<String>::new());
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn snapshot_agent_restart_collects_a_source_whose_last_snapshot_went_while_down() -> Result<()>
+{
+    let lab = Lab::get();
+    let (parent, mut agent) = agent(&lab, "snap-restart").await?;
+    let mut c = agent.client().await?;
+    let g = make_graph(&mut c, &lab, "rs").await?;
+    let dataset = |id: &str| {
+        format!(
+            "{}/{}",
+            parent.dataset(),
+            id.rsplit('/').next().unwrap_or_default()
+        )
+    };
+    let source = dataset(&g.source);
+    let source_dev = device(&mut c, &g.source).await?;
+
+    // The source deleted while snapshots of it remain: kept, hidden.
+    delete(&mut c, &g, Object::Source).await?;
+    assert_eq!(zget(&source, "volmode")?, "none");
+    assert_eq!(zget(&source, "refreservation")?, "0");
+    assert!(!Path::new(&source_dev).exists(), "{source_dev} still there");
+    // Its snapshot deleted while the restored volume uses it: marked.
+    delete(&mut c, &g, Object::Snapshot).await?;
+    let snap = format!(
+        "{source}@{}",
+        g.snapshot.rsplit('@').next().unwrap_or_default()
+    );
+    assert_eq!(zget(&snap, "defer_destroy")?, "on");
+
+    // While the agent is down, both clones go by hand: the kernel takes the
+    // deferred snapshot with the restored volume, the clone-from-volume's
+    // snapshot with the clone; the source is left with none.
+    agent.kill()?;
+    run("zfs", &["destroy", &dataset(&g.restored)])?;
+    run("zfs", &["destroy", &dataset(&g.cloned)])?;
+    assert_eq!(
+        run(
+            "zfs",
+            &["list", "-H", "-o", "name", "-t", "snapshot", "-r", &source]
+        )?
+        .trim(),
+        ""
+    );
+    assert!(parent.children()?.iter().any(|l| l.starts_with(&source)));
+
+    // The restarted agent collects the source before it serves.
+    agent.restart().await?;
+    assert_eq!(parent.children()?, Vec::<String>::new());
+    let mut c = agent.client().await?;
+    // The clones' records point at nothing: their deletes succeed.
+    delete(&mut c, &g, Object::Restored).await?;
+    delete(&mut c, &g, Object::Cloned).await?;
+    let listed = c
+        .list_volumes(pb::ListVolumesRequest {})
+        .await?
+        .into_inner();
+    assert!(
+        listed
+            .volumes
+            .iter()
+            .all(|v| v.ended && v.capacity_bytes == 0),
+        "{listed:?}"
+    );
+    assert!(agent
+        .log()
+        .contains("volume kept for its snapshots destroyed"));
+    Ok(())
+}
+
+/// `zfs get -Hp -o value <prop> <ds>`.
+fn zget(ds: &str, prop: &str) -> Result<String> {
+    Ok(run("zfs", &["get", "-Hp", "-o", "value", prop, ds])?
+        .trim()
+        .to_owned())
+}

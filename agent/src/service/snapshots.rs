@@ -207,6 +207,40 @@ impl Agent {
         Ok(out)
     }
 
+    /// [`Agent::collect`] of every volume whose mark says it is kept for
+    /// its snapshots or holds a deleted snapshot: at start and with every
+    /// resync, so that a volume whose last snapshot went while the agent
+    /// was down (or by hand) is destroyed then. Returns the volumes it
+    /// could not collect, with why.
+    pub async fn collect_all(&self) -> Result<Vec<String>, AgentError> {
+        let marks = self.marks.clone();
+        let ids = blocking(move || Ok(marks.volume_ids()?)).await?;
+        let mut failed = Vec::new();
+        for raw in ids {
+            let (marks, key) = (self.marks.clone(), raw.clone());
+            let waiting = match blocking(move || Ok(marks.load(&key)?)).await {
+                Ok(Some(m)) => m.retained || m.snapshots.values().any(|r| r.deleted),
+                Ok(None) => false,
+                Err(e) => {
+                    failed.push(format!("{raw}: {e}"));
+                    continue;
+                }
+            };
+            if !waiting {
+                continue;
+            }
+            let collected = match VolumeId::parse(&raw) {
+                Ok(id) => self.collect(id).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = collected {
+                warn!(volume = %raw, error = %e, "could not collect a volume kept for its snapshots");
+                failed.push(format!("{raw}: {e}"));
+            }
+        }
+        Ok(failed)
+    }
+
     /// Forgets the records of snapshots that are gone, finishes deferred
     /// deletions (a crash can leave one undone), and destroys a volume kept
     /// for its snapshots once none is left, then collects the volume it
