@@ -7,7 +7,7 @@
 //! looks.
 
 /// The files whose refusals the guides document, with their names for messages.
-const SOURCES: [(&str, &str); 12] = [
+const SOURCES: [(&str, &str); 13] = [
     ("backend/zfs.rs", include_str!("backend/zfs.rs")),
     ("backend/lvm.rs", include_str!("backend/lvm.rs")),
     ("adopt.rs", include_str!("adopt.rs")),
@@ -22,6 +22,10 @@ const SOURCES: [(&str, &str); 12] = [
     (
         "backend/zfs/snapshots.rs",
         include_str!("backend/zfs/snapshots.rs"),
+    ),
+    (
+        "backend/lvm/snapshots.rs",
+        include_str!("backend/lvm/snapshots.rs"),
     ),
 ];
 

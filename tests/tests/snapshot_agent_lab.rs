@@ -1,4 +1,5 @@
-//! Snapshots and clones through the agent on the lab's real ZFS: the data
+//! Snapshots and clones through the agent on the lab's real ZFS and LVM
+//! thin pool: the data
 //! a snapshot and each clone hold, every order of deleting a source volume,
 //! its snapshot, a clone of the snapshot and a clone of the volume (each
 //! object keeps its data until deleted, and at the end nothing is left:
@@ -16,6 +17,7 @@ use tonic::Code;
 const NVME_PORT: u16 = 4436;
 const ISCSI_PORT: u16 = 3276;
 const ZVOL: i32 = pb::BackendType::ZfsZvol as i32;
+const LVM: i32 = pb::BackendType::Lvm as i32;
 const SIZE: u64 = 16 << 20;
 const CHUNK: usize = 64 << 10;
 
@@ -29,7 +31,7 @@ fn fence(uid: &str) -> Option<pb::FenceToken> {
 fn create(id: &str, uid: &str, bytes: u64) -> pb::CreateVolumeRequest {
     pb::CreateVolumeRequest {
         volume_id: id.to_owned(),
-        backend_type: ZVOL,
+        backend_type: 0,
         capacity_bytes: bytes,
         fence: fence(uid),
         zfs_properties: [("sparse".to_owned(), "true".to_owned())].into(),
@@ -52,6 +54,7 @@ enum Object {
 
 /// The four objects of one order, with their IDs and what each must read.
 struct Graph {
+    kind: i32,
     source: String,
     source_uid: String,
     snapshot: String,
@@ -62,7 +65,18 @@ struct Graph {
 }
 
 async fn make_graph(c: &mut Client, lab: &Lab, tag: &str) -> Result<Graph> {
-    let id = |n: &str| format!("{}/{}", lab.pool, lab.unique(&format!("{tag}-{n}")));
+    make_graph_in(c, lab, &lab.pool, ZVOL, tag).await
+}
+
+/// The graph in `pool` (a ZFS pool or the VG) of backend `kind`.
+async fn make_graph_in(
+    c: &mut Client,
+    lab: &Lab,
+    pool: &str,
+    kind: i32,
+    tag: &str,
+) -> Result<Graph> {
+    let id = |n: &str| format!("{pool}/{}", lab.unique(&format!("{tag}-{n}")));
     let (source, restored, cloned) = (id("v"), id("r"), id("k"));
     let (source_uid, restored_uid, cloned_uid) =
         (lab.unique("uv"), lab.unique("ur"), lab.unique("uk"));
@@ -75,7 +89,7 @@ async fn make_graph(c: &mut Client, lab: &Lab, tag: &str) -> Result<Graph> {
     let snap = c
         .create_snapshot(pb::CreateSnapshotRequest {
             source_volume_id: source.clone(),
-            backend_type: ZVOL,
+            backend_type: kind,
             snapshot_uid: lab.unique("s"),
             fence: fence(&source_uid),
         })
@@ -100,6 +114,7 @@ async fn make_graph(c: &mut Client, lab: &Lab, tag: &str) -> Result<Graph> {
         pattern(2, CHUNK)
     );
     Ok(Graph {
+        kind,
         source,
         source_uid,
         snapshot: snap.snapshot_id,
@@ -127,7 +142,7 @@ async fn device(c: &mut Client, id: &str) -> Result<String> {
 async fn delete(c: &mut Client, g: &Graph, o: Object) -> Result<()> {
     let volume = |id: &str, uid: &str| pb::DeleteVolumeRequest {
         volume_id: id.to_owned(),
-        backend_type: ZVOL,
+        backend_type: g.kind,
         fence: fence(uid),
     };
     match o {
@@ -140,7 +155,7 @@ async fn delete(c: &mut Client, g: &Graph, o: Object) -> Result<()> {
         Object::Snapshot => {
             c.delete_snapshot(pb::DeleteSnapshotRequest {
                 snapshot_id: g.snapshot.clone(),
-                backend_type: ZVOL,
+                backend_type: g.kind,
             })
             .await?;
             // Deleted means no longer listed, whatever depends on it.
@@ -213,11 +228,29 @@ async fn agent(lab: &Lab, name: &str) -> Result<(ZfsParent, AgentProcess)> {
     Ok((parent, AgentProcess::start(config).await?))
 }
 
+/// The LVs of the lab's VG whose names start with `prefix`.
+fn lvs_named(lab: &Lab, prefix: &str) -> Result<Vec<String>> {
+    Ok(run("lvs", &["--noheadings", "-o", "lv_name", &lab.vg])?
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(prefix))
+        .map(str::to_owned)
+        .collect())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the kernel lab"]
 async fn snapshot_agent_every_deletion_order_keeps_data_and_leaks_nothing() -> Result<()> {
     let lab = Lab::get();
-    let (parent, agent) = agent(&lab, "snap-orders").await?;
+    let parent = ZfsParent::create(&lab, "snap-orders")?;
+    let config = AgentConfig::zvols_and_thin_lvs(
+        &lab,
+        &lab.unique("snap-orders"),
+        &parent,
+        NVME_PORT,
+        ISCSI_PORT,
+    )?;
+    let agent = AgentProcess::start(config).await?;
     let mut c = agent.client().await?;
     let all = [
         Object::Source,
@@ -227,24 +260,35 @@ async fn snapshot_agent_every_deletion_order_keeps_data_and_leaks_nothing() -> R
     ];
     let orders = permutations(&all);
     assert_eq!(orders.len(), 24);
-    for (n, order) in orders.iter().enumerate() {
-        let tag = format!("o{n}");
-        let g = make_graph(&mut c, &lab, &tag).await?;
-        let mut alive = all.to_vec();
-        for o in order {
-            delete(&mut c, &g, *o).await?;
-            alive.retain(|a| a != o);
-            check_alive(&mut c, &g, &alive).await?;
+    let lvm_tag = lab.unique("lo");
+    for (pool, kind, name) in [
+        (lab.pool.as_str(), ZVOL, "zfs"),
+        (lab.vg.as_str(), LVM, "lvm thin"),
+    ] {
+        for (n, order) in orders.iter().enumerate() {
+            let tag = format!("{lvm_tag}-{n}");
+            let g = make_graph_in(&mut c, &lab, pool, kind, &tag).await?;
+            let mut alive = all.to_vec();
+            for o in order {
+                delete(&mut c, &g, *o).await?;
+                alive.retain(|a| a != o);
+                check_alive(&mut c, &g, &alive).await?;
+            }
+            let left = if kind == ZVOL {
+                parent.children()?
+            } else {
+                lvs_named(&lab, &tag)?
+            };
+            assert!(left.is_empty(), "{name} order {order:?} left {left:?}");
+            println!("{name} order {n:2}: {order:?}: every object kept its data until deleted; nothing left");
         }
-        let left = parent.children()?;
-        assert!(left.is_empty(), "order {order:?} left {left:?}");
-        println!("order {n:2}: {order:?}: every object kept its data until deleted; nothing left");
     }
     let snaps = c
         .list_snapshots(pb::ListSnapshotsRequest::default())
         .await?
         .into_inner();
     assert!(snaps.snapshots.is_empty(), "{snaps:?}");
+    assert!(lvs_named(&lab, &lvm_tag)?.is_empty());
     Ok(())
 }
 

@@ -78,6 +78,8 @@ impl LvmBackend {
     }
 }
 
+mod snapshots;
+
 impl Backend for LvmBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Lvm
@@ -90,6 +92,19 @@ impl Backend for LvmBackend {
     fn locate(&self, id: &VolumeId) -> Result<BackendRecord, AgentError> {
         let lv = LvName::new(id.name())
             .map_err(|e| AgentError::InvalidArgument(format!("volume {id}: {e}")))?;
+        // Snapshots are LVs of the same volume group: their names are not
+        // volume names.
+        if let Some(prefix) = [
+            crate::snapshot_id::SNAPSHOT_PREFIX,
+            crate::snapshot_id::CLONE_PREFIX,
+        ]
+        .into_iter()
+        .find(|p| id.name().starts_with(p))
+        {
+            return Err(AgentError::InvalidArgument(format!(
+                "volume {id}: LV names starting with {prefix} are the agent's snapshots"
+            )));
+        }
         Ok(BackendRecord::Lv {
             vg: self.vg.as_str().to_owned(),
             lv: lv.as_str().to_owned(),
@@ -270,6 +285,10 @@ impl Backend for LvmBackend {
         classify(lv, self.thin_pool.as_ref())
             .err()
             .map(|r| r.to_string())
+    }
+
+    fn snapshots(&self) -> Option<&dyn super::Snapshots> {
+        Some(self)
     }
 
     fn capacity(&self) -> Result<Capacity, AgentError> {

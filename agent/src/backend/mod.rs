@@ -150,8 +150,10 @@ pub trait Snapshots: Send + Sync {
     /// Deletes the snapshot, or when clones still depend on it marks it to
     /// go with the last of them; returns whether it is gone now.
     fn delete(&self, at: &BackendRecord, name: &str) -> Result<bool, AgentError>;
-    /// The names of every snapshot of the volume, whoever took them.
-    fn names(&self, at: &BackendRecord) -> Result<Vec<String>, AgentError>;
+    /// The snapshots that keep the volume from being destroyed, whoever
+    /// took them (a zvol: every snapshot of it; a thin LV: none, thin
+    /// snapshots depend on nothing), by name.
+    fn dependents(&self, at: &BackendRecord) -> Result<Vec<String>, AgentError>;
     /// Clones the snapshot `name` of the volume at `source` as the volume
     /// at `target`, grown to at least `bytes`; a repeat returns the clone
     /// already there when it was made from that snapshot.

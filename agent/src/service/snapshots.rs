@@ -256,24 +256,29 @@ impl Agent {
             }
             let backend = self.backend(&id, None)?;
             let (b, a) = (backend.clone(), at.clone());
-            let deferred: Vec<String> = txn
+            let recorded: Vec<(String, bool)> = txn
                 .mark
                 .snapshots
                 .iter()
-                .filter(|(_, r)| r.deleted)
-                .map(|(n, _)| n.clone())
+                .map(|(n, r)| (n.clone(), r.deleted))
                 .collect();
-            let names = blocking(move || {
+            let (dependents, gone) = blocking(move || {
                 let snaps = snapshots_of(&*b)?;
-                for name in &deferred {
-                    snaps.delete(&a, name)?;
+                let mut gone = Vec::new();
+                for (name, deleted) in &recorded {
+                    if *deleted {
+                        snaps.delete(&a, name)?;
+                    }
+                    if snaps.find(&a, name)?.is_none() {
+                        gone.push(name.clone());
+                    }
                 }
-                snaps.names(&a)
+                Ok((snaps.dependents(&a)?, gone))
             })
             .await?;
             let before = txn.mark.snapshots.len();
-            txn.mark.snapshots.retain(|name, _| names.contains(name));
-            if !txn.mark.retained || !names.is_empty() {
+            txn.mark.snapshots.retain(|name, _| !gone.contains(name));
+            if !txn.mark.retained || !dependents.is_empty() {
                 if txn.mark.snapshots.len() != before {
                     txn.commit().await?;
                 }

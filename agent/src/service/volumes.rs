@@ -322,7 +322,7 @@ impl Agent {
             return Ok(false);
         }
         let (b, at) = (backend.clone(), record.clone());
-        let names = blocking(move || super::snapshots::snapshots_of(&*b)?.names(&at)).await?;
+        let names = blocking(move || super::snapshots::snapshots_of(&*b)?.dependents(&at)).await?;
         if names.is_empty() || names.iter().any(|n| !mark.snapshots.contains_key(n)) {
             return Ok(false);
         }

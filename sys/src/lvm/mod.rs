@@ -84,6 +84,19 @@ pub enum Request {
         /// Virtual bytes, rounded up by LVM to whole extents.
         size: u64,
     },
+    /// Create a thin snapshot of a thin LV ([`Reply::Created`]): the same
+    /// virtual size, blocks shared in the pool until either side writes.
+    CreateThinSnapshot {
+        /// The VG.
+        vg: VgName,
+        /// The thin LV (or thin snapshot) to snapshot.
+        origin: LvName,
+        /// The new LV.
+        lv: LvName,
+        /// Activate it now (a volume); otherwise it carries LVM's
+        /// activation-skip flag, as thin snapshots do by default.
+        active: bool,
+    },
     /// Remove an LV only if its UUID is `uuid` ([`Reply::Removed`]).
     Remove {
         /// The VG.
@@ -306,6 +319,24 @@ impl Lvm {
             Reply::Removed => Ok(()),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Creates the thin snapshot `lv` of the thin LV `origin`; `active`
+    /// activates it (a volume made from a snapshot), otherwise it is left
+    /// inactive with the activation-skip flag (a snapshot kept as it is).
+    pub fn create_thin_snapshot(
+        &self,
+        vg: &VgName,
+        origin: &LvName,
+        lv: &LvName,
+        active: bool,
+    ) -> Result<Created, Error> {
+        created_reply(self.call(Request::CreateThinSnapshot {
+            vg: vg.clone(),
+            origin: origin.clone(),
+            lv: lv.clone(),
+            active,
+        })?)
     }
 
     /// Grows the LV to at least `size` bytes; a smaller size is

@@ -108,6 +108,17 @@ fn lvcreate_thin(vg: &VgName, pool: &LvName, lv: &LvName, size: u64) -> Cmd {
         .arg(vg.as_str())
 }
 
+fn lvcreate_thin_snapshot(vg: &VgName, origin: &LvName, lv: &LvName, active: bool) -> Cmd {
+    Cmd::new("lvcreate")
+        .arg("-y")
+        .arg("--snapshot")
+        .arg("--setactivationskip")
+        .arg(if active { "n" } else { "y" })
+        .arg("-n")
+        .arg(lv.as_str())
+        .arg(lv_path(vg, origin))
+}
+
 /// The selection makes LVM itself skip the LV unless its UUID is still
 /// `uuid`, under its VG lock: no window between check and remove.
 fn lvremove(vg: &VgName, lv: &LvName, uuid: &LvmUuid) -> Cmd {
@@ -135,6 +146,12 @@ pub(crate) fn command(request: &Request) -> Cmd {
         Request::Lv(vg, lv) | Request::ThinPool(vg, lv) => lv_report(vg, lv),
         Request::CreateLinear { vg, lv, size } => lvcreate_linear(vg, lv, *size),
         Request::CreateThin { vg, pool, lv, size } => lvcreate_thin(vg, pool, lv, *size),
+        Request::CreateThinSnapshot {
+            vg,
+            origin,
+            lv,
+            active,
+        } => lvcreate_thin_snapshot(vg, origin, lv, *active),
         Request::Remove { vg, lv, uuid } => lvremove(vg, lv, uuid),
         Request::Extend { vg, lv, size } => lvextend(vg, lv, *size),
     }
@@ -182,6 +199,14 @@ impl Worker {
             Request::CreateThin { vg, pool, lv, size } => {
                 self.create_thin(&vg, &pool, &lv, size).map(Reply::Created)
             }
+            Request::CreateThinSnapshot {
+                vg,
+                origin,
+                lv,
+                active,
+            } => self
+                .create_thin_snapshot(&vg, &origin, &lv, active)
+                .map(Reply::Created),
             Request::Remove { vg, lv, uuid } => {
                 self.remove(&vg, &lv, &uuid).map(|()| Reply::Removed)
             }
@@ -384,6 +409,26 @@ impl Worker {
                     lv: lv.to_string(),
                 },
                 Err(_) => e,
+            });
+        }
+        self.created(vg, lv)
+    }
+
+    fn create_thin_snapshot(
+        &mut self,
+        vg: &VgName,
+        origin: &LvName,
+        lv: &LvName,
+        active: bool,
+    ) -> Result<Created, Error> {
+        let cmd = lvcreate_thin_snapshot(vg, origin, lv, active);
+        if let Err(e) = self.exec(&cmd) {
+            return Err(match self.lv(vg, lv) {
+                Ok(_) => Error::LvExists {
+                    vg: vg.to_string(),
+                    lv: lv.to_string(),
+                },
+                Err(_) => Self::not_found(e, vg, Some(origin)),
             });
         }
         self.created(vg, lv)

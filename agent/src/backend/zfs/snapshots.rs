@@ -60,7 +60,7 @@ impl Snapshots for ZfsBackend {
         Ok(!self.zfs.exists(snap.as_str()))
     }
 
-    fn names(&self, at: &BackendRecord) -> Result<Vec<String>, AgentError> {
+    fn dependents(&self, at: &BackendRecord) -> Result<Vec<String>, AgentError> {
         let name = Self::dataset(at)?;
         let snapshots = match self.zfs.snapshots(&name) {
             Ok(s) => s,
