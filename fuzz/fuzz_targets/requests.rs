@@ -21,7 +21,9 @@
 //! NOT_FOUND (no backend of that type and pool), InspectVolume's
 //! UNIMPLEMENTED (zvols are not inspected), TransferVolumeOwnership's
 //! UNAVAILABLE (recovery is not configured here, so its checks are not
-//! reached).
+//! reached), and the UNIMPLEMENTED of CreateVolume with a content source
+//! and of the snapshot RPCs (the simulated backends take no snapshots,
+//! which the agent checks once the request's own fields passed).
 //!
 //! The fuzz crate links the agent itself (and so its ZFS and LVM C
 //! libraries, dynamic libraries the build host has anyway): no copy of
@@ -113,7 +115,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let h = harness();
-    let (rpc, refusal, allowed): (&str, Option<Status>, Option<Code>) = match which % 15 {
+    let (rpc, refusal, allowed): (&str, Option<Status>, Option<Code>) = match which % 18 {
         0 => (
             "GetCapabilities",
             call!(h, bytes, pb::GetCapabilitiesRequest, get_capabilities),
@@ -137,7 +139,7 @@ fuzz_target!(|data: &[u8]| {
         4 => (
             "CreateVolume",
             call!(h, bytes, pb::CreateVolumeRequest, create_volume),
-            None,
+            Some(Code::Unimplemented),
         ),
         5 => (
             "DeleteVolume",
@@ -188,6 +190,21 @@ fuzz_target!(|data: &[u8]| {
                 transfer_volume_ownership
             ),
             Some(Code::Unavailable),
+        ),
+        14 => (
+            "CreateSnapshot",
+            call!(h, bytes, pb::CreateSnapshotRequest, create_snapshot),
+            Some(Code::Unimplemented),
+        ),
+        15 => (
+            "DeleteSnapshot",
+            call!(h, bytes, pb::DeleteSnapshotRequest, delete_snapshot),
+            Some(Code::Unimplemented),
+        ),
+        16 => (
+            "ListSnapshots",
+            call!(h, bytes, pb::ListSnapshotsRequest, list_snapshots),
+            None,
         ),
         _ => (
             "ReconcileState",
