@@ -207,7 +207,7 @@ impl Agent {
         Ok(out)
     }
 
-    /// [`Agent::collect`] of every volume whose mark says it is kept for
+    /// The collection (see `collect`) of every volume whose mark says it is kept for
     /// its snapshots or holds a deleted snapshot: at start and with every
     /// resync, so that a volume whose last snapshot went while the agent
     /// was down (or by hand) is destroyed then. Returns the volumes it

@@ -321,19 +321,23 @@ impl Agent {
         if backend.snapshots().is_none() {
             return Ok(false);
         }
-        let (b, at) = (backend.clone(), record.clone());
-        let names = blocking(move || super::snapshots::snapshots_of(&*b)?.dependents(&at)).await?;
-        if names.is_empty() || names.iter().any(|n| !mark.snapshots.contains_key(n)) {
-            return Ok(false);
-        }
-        let (b, at) = (backend.clone(), record.clone());
-        if let Err(e) = blocking(move || super::snapshots::snapshots_of(&*b)?.retain(&at)).await {
+        let (b, at, recorded) = (backend.clone(), record.clone(), mark.snapshots.clone());
+        let kept = blocking(move || {
+            let snaps = super::snapshots::snapshots_of(&*b)?;
+            let names = snaps.dependents(&at)?;
+            if names.is_empty() || names.iter().any(|n| !recorded.contains_key(n)) {
+                return Ok(false);
+            }
+            snaps.retain(&at).map(|()| true)
+        })
+        .await;
+        if kept.is_err() {
+            // Put the exports back: a failed delete changes nothing.
             if let Err(restore) = self.export_all(id, record, mark).await {
                 warn!(volume = %id, error = %restore, "could not restore exports after a failed delete");
             }
-            return Err(e);
         }
-        Ok(true)
+        kept
     }
 
     /// ExpandVolume: grows the volume and revalidates its exports.
