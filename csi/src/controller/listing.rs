@@ -13,6 +13,30 @@ use pillar_csi_proto::csi::v1 as csi;
 /// next page starts after.
 pub const TOKEN_PREFIX: &str = "after:";
 
+/// A page request: the record name its starting token names (`None` for
+/// the first page; a token of another form is ABORTED, as CSI asks) and
+/// the most entries it takes (0 or negative: all).
+pub fn page_of(starting_token: &str, max_entries: i32) -> Result<(Option<&str>, usize)> {
+    let after = match starting_token {
+        "" => None,
+        token => Some(
+            token
+                .strip_prefix(TOKEN_PREFIX)
+                .filter(|name| naming::is_object_name(name))
+                .ok_or_else(|| {
+                    Error::Aborted(format!(
+                        "starting token {token:?} is not one this controller issued"
+                    ))
+                })?,
+        ),
+    };
+    let max = match usize::try_from(max_entries) {
+        Ok(0) | Err(_) => usize::MAX,
+        Ok(n) => n,
+    };
+    Ok((after, max))
+}
+
 impl Controller {
     /// ListVolumes, paged by record name: a page's `next_token` is
     /// [`TOKEN_PREFIX`] and the name of its last record, and the next page
@@ -20,23 +44,7 @@ impl Controller {
     /// pages neither skips nor repeats one. A token of another form is
     /// ABORTED, as CSI asks.
     pub async fn list(&self, req: csi::ListVolumesRequest) -> Result<csi::ListVolumesResponse> {
-        let after = match req.starting_token.as_str() {
-            "" => None,
-            token => Some(
-                token
-                    .strip_prefix(TOKEN_PREFIX)
-                    .filter(|name| naming::is_object_name(name))
-                    .ok_or_else(|| {
-                        Error::Aborted(format!(
-                            "starting token {token:?} is not one this controller issued"
-                        ))
-                    })?,
-            ),
-        };
-        let max = match usize::try_from(req.max_entries) {
-            Ok(0) | Err(_) => usize::MAX,
-            Ok(n) => n,
-        };
+        let (after, max) = page_of(&req.starting_token, req.max_entries)?;
         let states = self.states.list().await?;
         let rest: Vec<_> = states
             .iter()

@@ -7,7 +7,7 @@
 //! ID is `<agent>/<that agent snapshot ID>`. A record is removed only after
 //! the agent answered.
 use super::error::{Error, Result};
-use super::listing::TOKEN_PREFIX;
+use super::listing::{page_of, TOKEN_PREFIX};
 use super::naming;
 use super::state::{fence, generation};
 use super::{backend_type, Controller};
@@ -275,24 +275,7 @@ impl Controller {
         &self,
         req: csi::ListSnapshotsRequest,
     ) -> Result<csi::ListSnapshotsResponse> {
-        let after = match req.starting_token.as_str() {
-            "" => None,
-            token => Some(
-                token
-                    .strip_prefix(TOKEN_PREFIX)
-                    .filter(|name| naming::is_object_name(name))
-                    .ok_or_else(|| {
-                        Error::Aborted(format!(
-                            "starting token {token:?} is not one this controller issued"
-                        ))
-                    })?
-                    .to_owned(),
-            ),
-        };
-        let max = match usize::try_from(req.max_entries) {
-            Ok(0) | Err(_) => usize::MAX,
-            Ok(n) => n,
-        };
+        let (after, max) = page_of(&req.starting_token, req.max_entries)?;
         let mut records = self.snapshot_records().await?;
         records.sort_by_key(|r| r.name_any());
         let rest: Vec<_> = records
@@ -305,11 +288,7 @@ impl Controller {
             .filter(|r| {
                 req.source_volume_id.is_empty() || r.spec.source_volume_id == req.source_volume_id
             })
-            .filter(|r| {
-                after
-                    .as_deref()
-                    .is_none_or(|after| r.name_any().as_str() > after)
-            })
+            .filter(|r| after.is_none_or(|after| r.name_any().as_str() > after))
             .collect();
         let page = &rest[..rest.len().min(max)];
         let next_token = match page.last() {
