@@ -250,22 +250,28 @@ impl Agent {
             })
     }
 
-    /// Every recorded volume with the backend's view of it. Corrupt marks are skipped and logged.
-    pub async fn list_volumes(&self) -> Result<Vec<ListedVolume>, AgentError> {
+    /// Every fence mark of the state folder; a corrupt one is skipped and
+    /// logged.
+    pub(crate) async fn all_marks(&self) -> Result<Vec<FenceMark>, AgentError> {
         let marks = self.marks.clone();
         let ids = blocking(move || Ok(marks.volume_ids()?)).await?;
         let mut out = Vec::new();
         for raw in ids {
             let (marks, key) = (self.marks.clone(), raw.clone());
-            let mark = match blocking(move || Ok(marks.load(&key)?)).await {
-                Ok(Some(m)) => m,
-                Ok(None) => continue,
-                Err(e) => {
-                    warn!(volume = %raw, error = %e, "skipping volume");
-                    continue;
-                }
-            };
-            let state = match (&mark.backend, VolumeId::parse(&raw)) {
+            match blocking(move || Ok(marks.load(&key)?)).await {
+                Ok(Some(m)) => out.push(m),
+                Ok(None) => {}
+                Err(e) => warn!(volume = %raw, error = %e, "skipping the mark of a volume"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every recorded volume with the backend's view of it. Corrupt marks are skipped and logged.
+    pub async fn list_volumes(&self) -> Result<Vec<ListedVolume>, AgentError> {
+        let mut out = Vec::new();
+        for mark in self.all_marks().await? {
+            let state = match (&mark.backend, VolumeId::parse(&mark.volume_id)) {
                 // A volume kept for its snapshots has no device node.
                 _ if mark.retained => None,
                 (Some(location), Ok(id)) => self.device_of(&id, location).await.ok(),

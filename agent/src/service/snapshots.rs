@@ -177,25 +177,19 @@ impl Agent {
         &self,
         source: Option<&str>,
     ) -> Result<Vec<SnapshotInfo>, AgentError> {
-        let ids = match source {
-            Some(raw) => vec![VolumeId::parse(raw)?.as_str().to_owned()],
-            None => {
-                let marks = self.marks.clone();
-                blocking(move || Ok(marks.volume_ids()?)).await?
+        let marks = match source {
+            Some(raw) => {
+                let (marks, key) = (self.marks.clone(), VolumeId::parse(raw)?.to_string());
+                blocking(move || Ok(marks.load(&key)?))
+                    .await?
+                    .into_iter()
+                    .collect()
             }
+            None => self.all_marks().await?,
         };
         let mut out = Vec::new();
-        for raw in ids {
-            let (marks, key) = (self.marks.clone(), raw.clone());
-            let mark = match blocking(move || Ok(marks.load(&key)?)).await {
-                Ok(Some(m)) => m,
-                Ok(None) => continue,
-                Err(e) => {
-                    warn!(volume = %raw, error = %e, "skipping the snapshots of a volume");
-                    continue;
-                }
-            };
-            let Ok(volume) = VolumeId::parse(&raw) else {
+        for mark in marks {
+            let Ok(volume) = VolumeId::parse(&mark.volume_id) else {
                 continue;
             };
             for (name, record) in mark.snapshots.iter().filter(|(_, r)| !r.deleted) {
@@ -213,19 +207,10 @@ impl Agent {
     /// was down (or by hand) is destroyed then. Returns the volumes it
     /// could not collect, with why.
     pub async fn collect_all(&self) -> Result<Vec<String>, AgentError> {
-        let marks = self.marks.clone();
-        let ids = blocking(move || Ok(marks.volume_ids()?)).await?;
         let mut failed = Vec::new();
-        for raw in ids {
-            let (marks, key) = (self.marks.clone(), raw.clone());
-            let waiting = match blocking(move || Ok(marks.load(&key)?)).await {
-                Ok(Some(m)) => m.retained || m.snapshots.values().any(|r| r.deleted),
-                Ok(None) => false,
-                Err(e) => {
-                    failed.push(format!("{raw}: {e}"));
-                    continue;
-                }
-            };
+        for mark in self.all_marks().await? {
+            let raw = mark.volume_id;
+            let waiting = mark.retained || mark.snapshots.values().any(|r| r.deleted);
             if !waiting {
                 continue;
             }

@@ -64,14 +64,18 @@ pub struct Source {
     pub bytes: u64,
     /// How the node sees the new volume's data.
     pub origin: Origin,
-    /// Sets the source on the agent's request.
-    apply: Box<dyn Fn(&mut agent::CreateVolumeRequest) + Send + Sync>,
+    /// The agent's snapshot ID, or the agent's volume ID (after the
+    /// origin: a snapshot or a volume).
+    agent_id: String,
 }
 
 impl Source {
     /// Names the source in the agent's CreateVolume.
     pub fn apply(&self, request: &mut agent::CreateVolumeRequest) {
-        (self.apply)(request)
+        match self.origin {
+            Origin::Snapshot => request.source_snapshot_id = self.agent_id.clone(),
+            _ => request.source_volume_id = self.agent_id.clone(),
+        }
     }
 }
 
@@ -320,7 +324,6 @@ impl Controller {
                         status.ready_to_use == Some(true) && status.deleting != Some(true)
                     })
                     .ok_or_else(|| Error::NotFound(format!("snapshot {id} does not exist")))?;
-                let agent_id = split_id(id).map(|(_, s)| s.to_owned()).unwrap_or_default();
                 Ok(Source {
                     agent: record.spec.agent_ref.clone(),
                     bytes: record
@@ -329,7 +332,7 @@ impl Controller {
                         .and_then(|s| s.size_bytes)
                         .unwrap_or_default(),
                     origin: Origin::Snapshot,
-                    apply: Box::new(move |r| r.source_snapshot_id = agent_id.clone()),
+                    agent_id: split_id(id).map(|(_, s)| s.to_owned()).unwrap_or_default(),
                 })
             }
             Some(Type::Volume(VolumeSource { volume_id: id })) => {
@@ -339,12 +342,11 @@ impl Controller {
                     }
                     other => other?,
                 };
-                let agent_id = state.spec.agent_volume_id.clone();
                 Ok(Source {
                     agent: state.spec.agent_ref.clone(),
                     bytes: state.spec.capacity_bytes,
                     origin: Origin::Clone,
-                    apply: Box::new(move |r| r.source_volume_id = agent_id.clone()),
+                    agent_id: state.spec.agent_volume_id.clone(),
                 })
             }
             None => Err(Error::InvalidArgument(
