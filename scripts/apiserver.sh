@@ -60,6 +60,12 @@ stop() {
     kill -9 "$pid" 2>/dev/null || true
     rm -f "$dir/$f.pid"
   done
+  if [ -f "$dir/etcd.data" ]; then
+    local data
+    data=$(cat "$dir/etcd.data")
+    case $data in /dev/shm/pillar-etcd.*) rm -rf "$data" ;; esac
+    rm -f "$dir/etcd.data"
+  fi
 }
 
 start() {
@@ -89,7 +95,15 @@ start() {
   done
   chmod 600 "$dir"/tokens.csv "$dir"/kubeconfig* "$dir"/*.key
 
-  etcd --name lab --data-dir "$dir/etcd" \
+  # etcd's data in memory when /dev/shm takes it: on the disk, its fsyncs
+  # wait behind the lab guests' pool images being flushed (ext4 commits
+  # other files' dirty data first), and a request that waits tens of
+  # seconds outlasts the sidecars' leader leases. The data lives as long
+  # as the server; `stop` removes it.
+  local data
+  data=$(mktemp -d /dev/shm/pillar-etcd.XXXXXX 2>/dev/null) || data="$dir/etcd"
+  echo "$data" >"$dir/etcd.data"
+  etcd --name lab --data-dir "$data" \
     --listen-client-urls "http://127.0.0.1:$etcd_client" --advertise-client-urls "http://127.0.0.1:$etcd_client" \
     --listen-peer-urls "http://127.0.0.1:$etcd_peer" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer" \
     --initial-cluster "lab=http://127.0.0.1:$etcd_peer" >"$dir/etcd.log" 2>&1 &

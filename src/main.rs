@@ -101,6 +101,15 @@ struct AgentArgs {
     /// PUBLIC KEY or CERTIFICATE blocks, RSA or ECDSA); read once at start.
     #[arg(long, value_name = "FILE")]
     recovery_trust_anchor: Option<PathBuf>,
+    /// The key-encryption key: a file of exactly 32 random bytes that seals
+    /// the keys of encrypted zvols; read once at start.
+    #[arg(long, value_name = "FILE")]
+    key_encryption_key_file: Option<PathBuf>,
+    /// During a rotation of the key-encryption key: the previous one. It
+    /// still opens the keys it sealed, and the agent seals each again under
+    /// the current one at start.
+    #[arg(long, value_name = "FILE")]
+    previous_key_encryption_key_file: Option<PathBuf>,
 }
 
 fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
@@ -129,6 +138,10 @@ fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
         .resync_interval_seconds
         .unwrap_or(c.resync_interval_seconds);
     c.recovery_trust_anchor = args.recovery_trust_anchor.or(c.recovery_trust_anchor);
+    c.key_encryption_key_file = args.key_encryption_key_file.or(c.key_encryption_key_file);
+    c.previous_key_encryption_key_file = args
+        .previous_key_encryption_key_file
+        .or(c.previous_key_encryption_key_file);
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
@@ -146,6 +159,7 @@ fn run_agent(args: AgentArgs) -> Result<(), String> {
         .map_err(|e| format!("tokio runtime: {e}"))?;
     runtime.block_on(async {
         let backends = server::open_backends(&config).map_err(|e| e.to_string())?;
+        server::reseal_keys(&config, &backends);
         let agent = server::build(&config, backends).map_err(|e| e.to_string())?;
         server::serve(&config, agent, crate::VERSION)
             .await

@@ -4,8 +4,8 @@
 //! Debian package that provides it.
 //!
 //! Only the functions the safe API in `sys::zfs` needs are bound: init/fini
-//! of both libraries, dataset create/destroy/exists/snapshot/clone through
-//! libzfs_core, dataset and pool handles and their properties through libzfs,
+//! of both libraries, dataset create/destroy/exists/snapshot/clone and the
+//! encryption key calls through libzfs_core, dataset and pool handles and their properties through libzfs,
 //! child and snapshot iteration, the property tables, the version strings and
 //! the nvlist calls to build and read property lists.
 use std::{env, path::PathBuf};
@@ -21,6 +21,10 @@ const FUNCTIONS: &[&str] = &[
     "lzc_snapshot",
     "lzc_clone",
     "lzc_destroy_snaps",
+    // Native encryption: a volume's raw wrapping key, loaded, unloaded, changed.
+    "lzc_load_key",
+    "lzc_unload_key",
+    "lzc_change_key",
     // libzfs: one handle, not thread-safe.
     "libzfs_init",
     "libzfs_fini",

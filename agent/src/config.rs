@@ -88,6 +88,16 @@ pub struct AgentConfig {
     /// Needs mTLS: the server TLS key signs the recovery snapshots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_trust_anchor: Option<PathBuf>,
+    /// The key-encryption key (a file of 32 random bytes, from a Secret
+    /// mounted only into the agent) that seals the keys of encrypted zvols;
+    /// none: encryption is refused and encrypted zvols are not unlocked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_encryption_key_file: Option<PathBuf>,
+    /// During a rotation of the key-encryption key: the previous one,
+    /// which still opens what it sealed; the agent seals every such key
+    /// again under the current one at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_key_encryption_key_file: Option<PathBuf>,
     /// The gRPC server's limits.
     pub limits: Limits,
 }
@@ -137,6 +147,8 @@ impl Default for AgentConfig {
             },
             resync_interval_seconds: 60,
             recovery_trust_anchor: None,
+            key_encryption_key_file: None,
+            previous_key_encryption_key_file: None,
             limits: Limits::default(),
         }
     }
@@ -158,6 +170,8 @@ struct FileConfig {
     iscsi: Option<FileListener>,
     resync_interval_seconds: Option<u64>,
     recovery_trust_anchor: Option<PathBuf>,
+    key_encryption_key_file: Option<PathBuf>,
+    previous_key_encryption_key_file: Option<PathBuf>,
     limits: Option<Limits>,
 }
 
@@ -233,6 +247,8 @@ impl AgentConfig {
                 .resync_interval_seconds
                 .unwrap_or(d.resync_interval_seconds),
             recovery_trust_anchor: file.recovery_trust_anchor,
+            key_encryption_key_file: file.key_encryption_key_file,
+            previous_key_encryption_key_file: file.previous_key_encryption_key_file,
             limits: file.limits.unwrap_or(d.limits),
         })
     }
@@ -321,6 +337,12 @@ impl AgentConfig {
         if self.recovery_trust_anchor.is_some() && self.insecure_plaintext {
             problems.push(
                 "--recovery-trust-anchor needs mTLS: the server TLS key signs recovery snapshots and plaintext callers are refused; remove --insecure-plaintext or the trust anchor".into(),
+            );
+        }
+        if self.previous_key_encryption_key_file.is_some() && self.key_encryption_key_file.is_none()
+        {
+            problems.push(
+                "--previous-key-encryption-key-file needs --key-encryption-key-file: the previous key-encryption key only opens, the current one seals".into(),
             );
         }
         let l = self.limits;
@@ -488,5 +510,20 @@ mod tests {
         assert!(c.validate().is_ok());
         let file = AgentConfig::from_yaml("name: storage-2\n").expect("name key");
         assert_eq!(file.name.as_deref(), Some("storage-2"));
+    }
+
+    #[test]
+    fn a_previous_key_encryption_key_needs_a_current_one() -> Result<(), ConfigError> {
+        let mut c = AgentConfig::from_yaml(
+            "backends:\n  - zfs: {pool: tank}\ninsecurePlaintext: true\npreviousKeyEncryptionKeyFile: /kek/old\n",
+        )?;
+        let e = c.validate().expect_err("previous alone").to_string();
+        assert!(
+            e.contains("--previous-key-encryption-key-file needs --key-encryption-key-file"),
+            "{e}"
+        );
+        c.key_encryption_key_file = Some("/kek/new".into());
+        c.validate()?;
+        Ok(())
     }
 }

@@ -7,7 +7,7 @@
 //! looks.
 
 /// The files whose refusals the guides document, with their names for messages.
-const SOURCES: [(&str, &str); 13] = [
+const SOURCES: [(&str, &str); 14] = [
     ("backend/zfs.rs", include_str!("backend/zfs.rs")),
     ("backend/lvm.rs", include_str!("backend/lvm.rs")),
     ("adopt.rs", include_str!("adopt.rs")),
@@ -27,6 +27,7 @@ const SOURCES: [(&str, &str); 13] = [
         "backend/lvm/snapshots.rs",
         include_str!("backend/lvm/snapshots.rs"),
     ),
+    ("backend/zfs/keys.rs", include_str!("backend/zfs/keys.rs")),
 ];
 
 /// The recovery rules, whose refusals are returned as `Err(String)` (the

@@ -123,6 +123,8 @@ impl From<sys::zfs::Error> for AgentError {
             | Z::HasDependents { .. }
             | Z::HasClones { .. }
             | Z::Shrink { .. }
+            | Z::WrongKey { .. }
+            | Z::KeyNotLoaded { .. }
             | Z::Busy { .. } => AgentError::FailedPrecondition(text),
             Z::NoSpace { .. } => AgentError::ResourceExhausted(text),
             Z::Unavailable(_) | Z::VersionMismatch { .. } => AgentError::Unavailable(text),

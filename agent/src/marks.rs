@@ -7,14 +7,13 @@
 //! edited by hand. The file name is a reversible encoding of the volume ID
 //! (every byte outside `[A-Za-z0-9_-]` as `%XX`), so no ID can name a path
 //! outside the folder.
+use crate::durable::{self, DurableError};
 use crate::fence::Fence;
 use serde::{Deserialize, Serialize};
 use std::{
     collections::BTreeMap,
-    fs,
-    io::{self, Write},
+    fs, io,
     path::{Path, PathBuf},
-    sync::atomic::{AtomicU64, Ordering},
 };
 
 /// The format version written in every mark.
@@ -345,11 +344,13 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> MarkError + '_ {
     }
 }
 
-/// Makes the entries of folder `dir` durable.
-fn sync_dir(dir: &Path) -> Result<(), MarkError> {
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
+impl From<DurableError> for MarkError {
+    fn from(e: DurableError) -> Self {
+        match e {
+            DurableError::Io { path, source } => MarkError::Io { path, source },
+            DurableError::Unsynced { path, source } => MarkError::Unsynced { path, source },
+        }
+    }
 }
 
 /// Encodes a volume ID as a file name stem.
@@ -414,42 +415,12 @@ impl MarkStore {
     /// Opens (creating if needed, mode 0700) the folder of marks. A folder
     /// it creates is made durable in its parent before any mark is written.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, MarkError> {
-        use std::os::unix::fs::DirBuilderExt;
         let dir = dir.into();
-        let existed = dir.is_dir();
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(io_err(&dir))?;
-        if !existed {
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                sync_dir(parent)?;
-            }
-        }
-        let store = Self { dir };
-        store.remove_stale_temporaries()?;
-        Ok(store)
-    }
-
-    /// Removes the temporary files of writes a killed process never renamed
-    /// into place (this process has written none yet): they are no marks,
-    /// and nothing else would ever remove them.
-    fn remove_stale_temporaries(&self) -> Result<(), MarkError> {
-        let mut removed = false;
-        for entry in fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
-            let entry = entry.map_err(io_err(&self.dir))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') && name.ends_with(".tmp") {
-                let path = entry.path();
-                fs::remove_file(&path).map_err(io_err(&path))?;
-                removed = true;
-            }
-        }
-        if removed {
-            sync_dir(&self.dir)?;
-        }
-        Ok(())
+        durable::create_private_dir(&dir)?;
+        // Temporary files of writes a killed process never renamed into
+        // place are no marks, and nothing else would ever remove them.
+        durable::remove_stale_temporaries(&dir)?;
+        Ok(Self { dir })
     }
 
     /// The folder.
@@ -485,49 +456,21 @@ impl MarkStore {
     /// Writes `mark` atomically and durably. Each write has a temporary
     /// file of its own, so two writes at once never share one.
     pub fn save(&self, mark: &FenceMark) -> Result<(), MarkError> {
-        static WRITES: AtomicU64 = AtomicU64::new(0);
         let path = self.path(&mark.volume_id)?;
-        let tmp = self.dir.join(format!(
-            ".{}.{}.{}.tmp",
-            path.file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default(),
-            std::process::id(),
-            WRITES.fetch_add(1, Ordering::Relaxed)
-        ));
         let body = render(mark).map_err(|e| MarkError::Io {
             path: path.clone(),
             source: io::Error::other(e),
         })?;
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(io_err(&tmp))?;
-            f.write_all(&body).map_err(io_err(&tmp))?;
-            f.sync_all().map_err(io_err(&tmp))?;
-        }
-        crate::crash::point("mark-written-unrenamed");
-        fs::rename(&tmp, &path).map_err(io_err(&path))?;
-        sync_dir(&self.dir).map_err(|e| match e {
-            MarkError::Io { path, source } => MarkError::Unsynced { path, source },
-            other => other,
-        })
+        Ok(durable::replace(&self.dir, &path, &body, || {
+            crate::crash::point("mark-written-unrenamed")
+        })?)
     }
 
     /// Removes the mark of `volume_id` (only to undo an intent this agent
     /// just wrote); absent is fine.
     pub fn remove(&self, volume_id: &str) -> Result<(), MarkError> {
         let path = self.path(volume_id)?;
-        match fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err(&path)(e)),
-        }
-        sync_dir(&self.dir)
+        Ok(durable::remove(&self.dir, &path)?)
     }
 
     /// Every volume ID with a mark file, sorted.

@@ -6,7 +6,9 @@ use crate::{
     config::{AgentConfig, BackendConfig},
     export::{host_name, Exporter, LioExporter, NvmetExporter, TargetNames},
     grpc::AgentGrpc,
+    imported_keys::ImportedKeys,
     marks::MarkStore,
+    sealed_key::{Kek, Keks},
     service::Agent,
 };
 use pillar_csi_proto::agent::v1::agent_service_server::AgentServiceServer;
@@ -35,6 +37,7 @@ pub enum ServeError {
 /// Opens every configured backend: ZFS through one shared libzfs handle,
 /// LVM through one shared lvm2 worker.
 pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, ServeError> {
+    let keks = key_encryption_keys(config)?;
     let mut zfs = None;
     let mut lvm = None;
     let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
@@ -58,8 +61,12 @@ pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, Serv
                         h
                     }
                 };
-                let backend = ZfsBackend::new(handle, pool, parent_dataset.as_deref())
-                    .map_err(|e| ServeError::Startup(e.to_string()))?;
+                let keys = ImportedKeys::open(&config.state_dir)
+                    .map_err(|e| ServeError::Startup(format!("sealed keys: {e}")))?;
+                let backend =
+                    ZfsBackend::new(handle, pool, parent_dataset.as_deref(), keks.clone())
+                        .map_err(|e| ServeError::Startup(e.to_string()))?
+                        .with_imported_keys(keys);
                 backends.push(Arc::new(backend));
             }
             BackendConfig::Lvm {
@@ -82,6 +89,55 @@ pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, Serv
         }
     }
     Ok(backends)
+}
+
+/// The key-encryption keys of `config`, read once; `None` without
+/// `keyEncryptionKeyFile`.
+fn key_encryption_keys(config: &AgentConfig) -> Result<Option<Arc<Keks>>, ServeError> {
+    let load =
+        |path: &std::path::Path| Kek::load(path).map_err(|e| ServeError::Startup(e.to_string()));
+    let Some(current) = config
+        .key_encryption_key_file
+        .as_deref()
+        .map(load)
+        .transpose()?
+    else {
+        return Ok(None);
+    };
+    let previous = config
+        .previous_key_encryption_key_file
+        .as_deref()
+        .map(load)
+        .transpose()?;
+    info!(
+        kek = current.id(),
+        previous = previous.as_ref().map(Kek::id),
+        "key-encryption key loaded"
+    );
+    Ok(Some(Arc::new(Keks::new(current, previous))))
+}
+
+/// During a rotation of the key-encryption key (`config` names the
+/// previous one), seals every volume key the previous KEK sealed under the
+/// current one, before anything is served; what could not be is logged
+/// (the previous KEK still opens it).
+pub fn reseal_keys(config: &AgentConfig, backends: &[Arc<dyn Backend>]) {
+    if config.previous_key_encryption_key_file.is_none() {
+        return;
+    }
+    for backend in backends {
+        let (resealed, failed) = backend.reseal_keys();
+        info!(
+            pool = backend.pool(),
+            resealed, "volume keys sealed under the current key-encryption key"
+        );
+        for why in failed {
+            warn!(
+                pool = backend.pool(),
+                why, "a volume key could not be sealed again"
+            );
+        }
+    }
 }
 
 /// Builds the agent for `config` over `backends`: its exporters (each

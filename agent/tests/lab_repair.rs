@@ -49,7 +49,7 @@ fn record(protocol: Protocol) -> ExportRecord {
 fn zfs_backend(lab: &Lab, name: &str) -> (String, Arc<dyn Backend>) {
     let parent = lab.unique(name);
     sh(&format!("zfs create {}/{parent}", lab.pool));
-    let backend = ZfsBackend::new(zfs(), &lab.pool, Some(&parent)).unwrap();
+    let backend = ZfsBackend::new(zfs(), &lab.pool, Some(&parent), None).unwrap();
     (format!("{}/{parent}", lab.pool), Arc::new(backend))
 }
 

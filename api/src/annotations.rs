@@ -23,6 +23,11 @@ pub const IMPORT_ZVOL_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-zvol";
 pub const IMPORT_LV_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-lv";
 /// The annotation choosing the adopted LV's policy.
 pub const IMPORT_LV_POLICY_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-lv-policy";
+/// The annotation naming the Secret (in the claim's namespace) that holds
+/// the key of the encrypted zvol a claim imports, read by the
+/// external-provisioner for a class with `importKeys` (see
+/// [`crate::crd::PillarStorageClassSpec::import_keys`]).
+pub const IMPORT_KEY_SECRET_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-key-secret";
 /// The PillarVolumeState annotation holding a metadata-loss recovery's
 /// agent-signed RecoverySnapshot (deterministic protobuf, base64).
 pub const RECOVERY_SNAPSHOT_ANNOTATION: &str = "pillar-csi.bhyoo.com/recovery-snapshot";

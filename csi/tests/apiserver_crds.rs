@@ -125,6 +125,8 @@ async fn the_chart_crds_serve_every_kind_on_a_real_api_server() -> Result {
                 fs_type: FsType::Xfs,
             }),
             allowed_claim_zfs_properties: vec!["compression".into()],
+            encrypted: false,
+            import_keys: false,
         },
     );
     assert_eq!(classes.create(&pp, &class).await?.spec, class.spec);

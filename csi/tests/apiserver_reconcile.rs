@@ -449,14 +449,12 @@ async fn pillar_agent_ready_follows_the_agents_health_check() -> Result {
     Ok(())
 }
 
-#[tokio::test]
-async fn the_resync_on_start_restores_an_export_removed_behind_the_agents_back() -> Result {
-    let bed = bed().await?;
-    bed.server.kubectl(&["create", "namespace", "db"])?;
+/// The claim `db/<claim_name>` and its volume of class `hot`: the volume's
+/// name and handle.
+async fn provision(bed: &Bed, claim_name: &str) -> Result<(String, String)> {
     let sc_params: HashMap<String, String> =
         HashMap::from([("pillarStorageClass".to_owned(), "hot".to_owned())]);
-    // One volume published to node A, one never published.
-    let name = format!("pvc-{}", claim(&bed, "data-0").await?);
+    let name = format!("pvc-{}", claim(bed, claim_name).await?);
     let handle = bed
         .controller
         .create_volume(Request::new(create_request(&name, &sc_params)))
@@ -465,6 +463,17 @@ async fn the_resync_on_start_restores_an_export_removed_behind_the_agents_back()
         .volume
         .ok_or("no volume")?
         .volume_id;
+    Ok((name, handle))
+}
+
+#[tokio::test]
+async fn the_resync_on_start_restores_an_export_removed_behind_the_agents_back() -> Result {
+    let bed = bed().await?;
+    bed.server.kubectl(&["create", "namespace", "db"])?;
+    let sc_params: HashMap<String, String> =
+        HashMap::from([("pillarStorageClass".to_owned(), "hot".to_owned())]);
+    // One volume published to node A, one never published.
+    let (name, handle) = provision(&bed, "data-0").await?;
     let idle = format!("pvc-{}", claim(&bed, "data-1").await?);
     bed.controller
         .create_volume(Request::new(create_request(&idle, &sc_params)))
@@ -524,6 +533,61 @@ async fn the_resync_on_start_restores_an_export_removed_behind_the_agents_back()
     assert!(metrics
         .render()
         .contains("pillar_csi_reconcile_errors_total{reconciler=\"resync\"} 0\n"));
+    Ok(())
+}
+
+/// An export the agent cannot make again (here its volume is gone from the
+/// backend; on a storage node, also the key of an encrypted zvol that cannot
+/// be opened) is shown on the volume's record, and the message goes once a
+/// later resync makes the export.
+#[tokio::test]
+async fn a_resync_refusal_is_shown_on_the_record_until_the_export_is_made() -> Result {
+    let bed = bed().await?;
+    bed.server.kubectl(&["create", "namespace", "db"])?;
+    let (name, handle) = provision(&bed, "data-0").await?;
+    bed.controller
+        .controller_publish_volume(Request::new(pb::ControllerPublishVolumeRequest {
+            volume_id: handle.clone(),
+            node_id: NodeId::new("worker-a", NQN_A, IQN)?.to_string(),
+            volume_capability: Some(mount_cap()),
+            ..Default::default()
+        }))
+        .await?;
+    let key = common::zvol_key(&name);
+    let bytes = bed
+        .fixture
+        .backend
+        .volumes
+        .lock()
+        .map_err(|_| "poisoned")?
+        .remove(&key)
+        .ok_or("no zvol")?;
+    let message = |bed: &Bed| {
+        let states = Api::<PillarVolumeState>::all(bed.client.clone());
+        let name = name.clone();
+        async move { Ok::<_, kube::Error>(states.get(&name).await?.status.and_then(|s| s.message)) }
+    };
+    let r = bed
+        .reconcilers(Settings {
+            interval: Duration::from_secs(3600),
+            sync_period: Duration::from_secs(3600),
+        })
+        .await?;
+    assert_eq!(r.resync().await, 1);
+    let shown = message(&bed).await?.ok_or("no message on the record")?;
+    assert!(
+        shown.starts_with("resync: agent storage-1 could not restore the export: ")
+            && shown.contains("does not exist in its backend"),
+        "{shown}"
+    );
+    bed.fixture
+        .backend
+        .volumes
+        .lock()
+        .map_err(|_| "poisoned")?
+        .insert(key, bytes);
+    assert_eq!(r.resync().await, 0);
+    assert_eq!(message(&bed).await?, None);
     Ok(())
 }
 

@@ -121,3 +121,52 @@ async fn a_published_volume_is_not_deleted_and_a_deleting_one_is_not_served() ->
     assert!(states(&bed).await?.is_empty());
     Ok(())
 }
+
+/// An encrypted PillarStorageClass: its volumes are asked of the agent
+/// encrypted and recorded so; on an LVM store it is refused before any
+/// record or agent call.
+#[tokio::test]
+async fn an_encrypted_class_asks_for_encryption_and_refuses_lvm() -> Result {
+    let bed = bed().await?;
+    let pp = kube::api::PostParams::default();
+    let classes = Api::<api::crd::PillarStorageClass>::all(bed.client.clone());
+    for (name, store) in [("sealed", "storage-1-hot"), ("sealed-lvm", "storage-1-lvm")] {
+        let mut c = parts::class(name, store, &format!("pillar-{name}"), None);
+        c.spec.encrypted = true;
+        classes.create(&pp, &c).await?;
+    }
+    let request = |name: &str, class: &str| {
+        let mut r = create();
+        r.name = name.into();
+        r.parameters = HashMap::from([("pillarStorageClass".to_owned(), class.to_owned())]);
+        r
+    };
+
+    bed.controller
+        .create_volume(Request::new(request("pvc-sealed", "sealed")))
+        .await?;
+    assert!(bed.last_create().ok_or("no create")?.encrypted);
+    let record = state(&bed, "pvc-sealed").await?.ok_or("no record")?;
+    assert!(record.spec.resolved.ok_or("not resolved")?.encrypted);
+
+    let calls = bed.agent_calls();
+    let e = bed
+        .controller
+        .create_volume(Request::new(request("pvc-sealed-lvm", "sealed-lvm")))
+        .await
+        .expect_err("an encrypted LVM volume");
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert_eq!(
+        e.message(),
+        "PillarStorageClass \"sealed-lvm\" is encrypted and its PillarStore \"storage-1-lvm\" has an LVM backend: encryption is ZFS native encryption of zvols"
+    );
+    assert!(bed.agent_calls_since(calls).is_empty());
+    assert!(state(&bed, "pvc-sealed-lvm").await?.is_none());
+
+    // A class that is not encrypted asks for no encryption.
+    bed.controller
+        .create_volume(Request::new(request("pvc-plain", "hot")))
+        .await?;
+    assert!(!bed.last_create().ok_or("no create")?.encrypted);
+    Ok(())
+}

@@ -34,6 +34,7 @@ CASES: dict[str, dict] = {
     "replicas-2": {"controller": {"replicaCount": 2}},
     "install-crds-false": {"installCRDs": False},
     "insecure-plaintext": {"mtls": {"insecurePlaintext": True}},
+    "encryption-kek": {"agent": {"keyEncryptionKeySecret": "pillar-csi-kek"}},
 }
 
 

@@ -5,6 +5,8 @@ an uninstall that keeps the CRDs and the objects in them, after which a fresh
 install adopts the kept CRDs (upgrade.md: "helm uninstall and a fresh install
 is enough"). cert-manager is off: the lab server has no cert-manager CRDs."""
 import json
+import os
+import pathlib
 
 import helm_python as helm
 import pytest
@@ -14,6 +16,9 @@ from chart import CHART, EXAMPLES, NAMESPACE, RELEASE, crd_files
 from kube import kubectl
 
 VALUES = {"mtls": {"certManager": {"enabled": False}}}
+# scripts/deps-sidecars.sh copies external-snapshotter's CRDs here.
+SNAPSHOT_CRDS = pathlib.Path(os.environ.get("XDG_CACHE_HOME", pathlib.Path.home() / ".cache")) \
+    / "pillar-csi" / "go-bin" / "snapshot-crds"
 
 
 def replicas(server) -> str:
@@ -58,3 +63,27 @@ def test_install_upgrade_uninstall_keeps_the_crds_and_their_objects(server):
     config.install(str(CHART), RELEASE, VALUES, namespace=NAMESPACE, timeout=120)
     assert replicas(server) == "1"
     kubectl(server, "get", "pillaragent", "storage-1")
+
+
+def test_with_the_snapshot_crds_the_release_serves_a_volume_snapshot_class(server):
+    """On a cluster with external-snapshotter's CRDs (the ones `make deps` builds
+    beside the sidecars) the release makes its VolumeSnapshotClass, as the
+    values say, and an uninstall removes it."""
+    for crd in sorted(SNAPSHOT_CRDS.glob("*.yaml")):
+        kubectl(server, "apply", "-f", str(crd))
+    for kind in ("volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots"):
+        kubectl(server, "wait", "--for=condition=Established", "--timeout=60s",
+                f"crd/{kind}.snapshot.storage.k8s.io")
+    config = helm.Config(kubeconfig_path=str(server / "kubeconfig"), namespace=NAMESPACE)
+    if RELEASE in kubectl(server, "-n", NAMESPACE, "get", "secret", "-o", "name"):
+        config.uninstall(RELEASE, timeout=120)
+    values = {**VALUES, "snapshotClass": {"isDefault": True, "deletionPolicy": "Retain"}}
+    config.install(str(CHART), RELEASE, values, namespace=NAMESPACE, timeout=120)
+    snapshot_class = json.loads(kubectl(server, "get", "volumesnapshotclass", "pillar-csi",
+                                        "-o", "json"))
+    assert snapshot_class["driver"] == "pillar-csi.bhyoo.com"
+    assert snapshot_class["deletionPolicy"] == "Retain"
+    annotations = snapshot_class["metadata"]["annotations"]
+    assert annotations["snapshot.storage.kubernetes.io/is-default-class"] == "true"
+    config.uninstall(RELEASE, timeout=120)
+    assert kubectl(server, "get", "volumesnapshotclass", "-o", "name").split() == []

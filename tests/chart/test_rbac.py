@@ -6,7 +6,8 @@ import yaml
 from chart import CASES, RBAC_DIR, find, one, render
 
 CONTROLLER_FILES = ["controller-rules", "external-provisioner-rules",
-                    "external-attacher-rules", "external-resizer-rules"]
+                    "external-attacher-rules", "external-resizer-rules",
+                    "external-snapshotter-rules"]
 
 
 def rules_of(*names: str) -> list[dict]:
@@ -19,6 +20,17 @@ def rules_of(*names: str) -> list[dict]:
 def test_controller_cluster_role_is_the_rule_files_and_nothing_else():
     role = one(render(), "ClusterRole", "pillar-csi-controller")
     assert role["rules"] == rules_of(*CONTROLLER_FILES)
+
+
+def test_secrets_are_read_only_with_read_import_key_secrets_and_only_get():
+    secret_rules = lambda objects: [  # noqa: E731
+        r for r in one(objects, "ClusterRole", "pillar-csi-controller")["rules"]
+        if "secrets" in r["resources"]]
+    assert secret_rules(render()) == []
+    reading = render({"controller": {"readImportKeySecrets": True}})
+    assert secret_rules(reading) == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]
+    assert one(reading, "ClusterRole", "pillar-csi-controller")["rules"] == \
+        rules_of(*CONTROLLER_FILES, "import-key-secrets-rules")
 
 
 def test_leader_election_is_a_namespaced_role_on_leases():

@@ -1,5 +1,6 @@
 """The render matrix: every case renders and lints, and says what its values ask."""
 import pytest
+import yaml
 
 from chart import CASES, LVM, ZFS, agent_config, container, find, lint, notes, one, render
 
@@ -74,9 +75,10 @@ def test_replica_count_reaches_the_deployment_and_sidecars_elect_a_leader():
     objects = render(CASES["replicas-2"])
     deploy = one(objects, "Deployment", "pillar-csi-controller")
     assert deploy["spec"]["replicas"] == 2
-    for sidecar in ("csi-provisioner", "csi-attacher", "csi-resizer"):
+    for sidecar in ("csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter"):
         assert "--leader-election" in container(deploy, sidecar)["args"], sidecar
     assert "--extra-create-metadata" in container(deploy, "csi-provisioner")["args"]
+    assert "--extra-create-metadata" in container(deploy, "csi-snapshotter")["args"]
 
 
 def test_extra_args_are_appended_to_the_agent():
@@ -158,3 +160,46 @@ def test_notes_tell_what_to_create_next_and_warn_of_plaintext():
 def secret_volumes(workload: dict) -> list[str]:
     return [v["secret"]["secretName"] for v in workload["spec"]["template"]["spec"]["volumes"]
             if "secret" in v]
+
+
+def test_the_snapshot_class_waits_for_the_snapshot_api():
+    """Offline there is no snapshot.storage.k8s.io/v1: an install on a cluster
+    without the snapshot CRDs must not fail on a kind it does not know."""
+    for case, values in CASES.items():
+        assert find(render(values), "VolumeSnapshotClass") == [], case
+    deploy = one(render(), "Deployment", "pillar-csi-controller")
+    snapshotter = container(deploy, "csi-snapshotter")
+    assert snapshotter["image"].startswith("registry.k8s.io/sig-storage/csi-snapshotter:v7.")
+    assert "--csi-address=/csi/csi.sock" in snapshotter["args"]
+
+
+def test_the_key_encryption_key_reaches_the_agent_alone_as_a_file():
+    """The KEK Secret is a 0400 file of the agent's, named by its config file;
+    no other workload mounts it, and no flag, env or ConfigMap holds it."""
+    assert "keyEncryptionKeyFile" not in agent_config(render())
+    assert "pillar-csi-kek" not in yaml.safe_dump_all(render())
+    objects = render(CASES["encryption-kek"])
+    assert agent_config(objects)["keyEncryptionKeyFile"] == "/etc/pillar-csi/kek/kek"
+    agent = one(objects, "DaemonSet", "pillar-csi-agent")
+    volume = next(v for v in agent["spec"]["template"]["spec"]["volumes"] if v["name"] == "kek")
+    assert volume["secret"] == {"secretName": "pillar-csi-kek", "defaultMode": 0o400,
+                                "items": [{"key": "kek", "path": "kek"}]}
+    mounts = {m["name"]: m for m in container(agent, "agent")["volumeMounts"]}
+    assert mounts["kek"] == {"name": "kek", "mountPath": "/etc/pillar-csi/kek", "readOnly": True}
+    for kind, name in (("Deployment", "pillar-csi-controller"), ("DaemonSet", "pillar-csi-node")):
+        assert "pillar-csi-kek" not in secret_volumes(one(objects, kind, name)), name
+    for c in agent["spec"]["template"]["spec"]["containers"]:
+        assert "kek" not in " ".join(c.get("args", [])), c["name"]
+        assert "kek" not in str(c.get("env", [])).lower(), c["name"]
+
+
+def test_a_rotation_mounts_the_previous_key_encryption_key_beside_the_current():
+    values = {"agent": {"keyEncryptionKeySecret": "kek-2", "previousKeyEncryptionKeySecret": "kek-1"}}
+    objects = render(values)
+    config = agent_config(objects)
+    assert config["keyEncryptionKeyFile"] == "/etc/pillar-csi/kek/kek"
+    assert config["previousKeyEncryptionKeyFile"] == "/etc/pillar-csi/kek-previous/kek"
+    agent = one(objects, "DaemonSet", "pillar-csi-agent")
+    assert {"kek-2", "kek-1"} <= set(secret_volumes(agent))
+    with pytest.raises(Exception, match="previousKeyEncryptionKeySecret needs"):
+        render({"agent": {"previousKeyEncryptionKeySecret": "kek-1"}})

@@ -203,6 +203,10 @@ impl ApiServer {
             "external-provisioner-rules",
             "external-attacher-rules",
             "external-resizer-rules",
+            "external-snapshotter-rules",
+            // As the chart with controller.readImportKeySecrets=true: the
+            // claim tests import an encrypted zvol with its key Secret.
+            "import-key-secrets-rules",
         ] {
             rules.extend(rules_of(file)?);
         }

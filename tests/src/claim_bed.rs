@@ -213,6 +213,8 @@ pub async fn apply_objects(admin: &kube::Client, prefix: &str, layout: &Layout) 
                 },
             }),
             allowed_claim_zfs_properties: Vec::new(),
+            encrypted: false,
+            import_keys: false,
         };
         apply(admin, &c.name, &PillarStorageClass::new(&c.name, spec)).await?;
     }
@@ -258,6 +260,12 @@ pub async fn start_controller(
 impl ClaimBed {
     /// Starts the bed; objects are named after `prefix` (`claim`, `demo`).
     pub async fn start(prefix: &str) -> Result<Self> {
+        Self::start_with_agent_args(prefix, Vec::new()).await
+    }
+
+    /// [`ClaimBed::start`] with more flags for the agent (for example
+    /// `--key-encryption-key-file <file>`).
+    pub async fn start_with_agent_args(prefix: &str, agent_args: Vec<String>) -> Result<Self> {
         let lab = Lab::get();
         let server = ApiServer::lab()?;
         server.install_chart_crds().await?;
@@ -278,6 +286,7 @@ impl ClaimBed {
             NVME_PORT,
             ISCSI_PORT,
         )?;
+        config.extra_args = agent_args;
         config.tls = Some((
             ServerTls {
                 identity: agent_pem,
@@ -331,6 +340,33 @@ impl ClaimBed {
             bed.storage_class(c).await?;
         }
         Ok(bed)
+    }
+
+    /// A PillarStorageClass beside [`Objects::zvol_nvme`] (its store,
+    /// protocol and filesystem) with `importKeys`: its claims import
+    /// encrypted zvols, each naming its key Secret. Returns it once its
+    /// StorageClass is generated.
+    pub async fn encrypted_imports_class(&self) -> Result<Class> {
+        let base = &self.objects.zvol_nvme;
+        let imports = Class {
+            name: format!("{}-imports", base.name),
+            storage_class: format!("{}-imports", base.storage_class),
+            fs_type: base.fs_type,
+        };
+        let mut spec = Api::<PillarStorageClass>::all(self.admin.clone())
+            .get(&base.name)
+            .await?
+            .spec;
+        spec.storage_class.name = imports.storage_class.clone();
+        spec.import_keys = true;
+        apply(
+            &self.admin,
+            &imports.name,
+            &PillarStorageClass::new(&imports.name, spec),
+        )
+        .await?;
+        self.storage_class(&imports).await?;
+        Ok(imports)
     }
 
     /// Waits (bounded) for the StorageClass the controller generates from

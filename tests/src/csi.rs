@@ -122,6 +122,13 @@ impl CsiProcess {
         dial(&self.socket).await
     }
 
+    /// Whether the process still runs.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Kills the process with SIGKILL and reaps it.
     pub fn kill(&mut self) -> Result<()> {
         if let Some(mut child) = self.child.take() {

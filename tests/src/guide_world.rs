@@ -293,8 +293,19 @@ impl GuideWorld {
 
     /// Starts or stops the controller pod's processes to follow the
     /// replica count of the Deployment `pillar-csi-controller`, as its
-    /// ReplicaSet and kubelet would.
+    /// ReplicaSet and kubelet would; a pod one of whose processes exited
+    /// (a sidecar that lost its connection to the controller's socket
+    /// exits, under load too) is started again, as kubelet restarts its
+    /// containers.
     pub async fn follow_controller_deployment(&mut self) -> Result<()> {
+        let Some(installed) = self.installed.as_mut() else {
+            return Ok(());
+        };
+        if let Some((controller, sidecars)) = installed.controller.as_mut() {
+            if !(controller.running() && sidecars.all_running()) {
+                self.stop_controller().await;
+            }
+        }
         let Some(installed) = self.installed.as_ref() else {
             return Ok(());
         };

@@ -1,12 +1,14 @@
 //! The real Kubernetes components a cluster runs beside the driver, started
 //! in the lab guest for the claim tests that go through them: the CSI
 //! sidecars the chart deploys in the controller pod (external-provisioner,
-//! -attacher, -resizer, built by `scripts/deps-sidecars.sh` at the chart's
-//! versions, on the controller's socket with the chart's flags and its
-//! ServiceAccount's rules) and kube-controller-manager (built by
+//! -attacher, -resizer, -snapshotter, built by `scripts/deps-sidecars.sh`
+//! at the chart's versions, on the controller's socket with the chart's
+//! flags and its ServiceAccount's rules), kube-controller-manager (built by
 //! `scripts/deps-apiserver.sh` from Debian's source, with the PV binder,
-//! expander, attach-detach and protection controllers). Each process is
-//! killed when dropped.
+//! expander, attach-detach and protection controllers) and the
+//! snapshot-controller with its VolumeSnapshot CRDs (external-snapshotter,
+//! a cluster component the chart does not ship). Each process is killed
+//! when dropped.
 use crate::{apiserver::ApiServer, claim_bed::ClaimBed, Result};
 use std::{
     ffi::OsString,
@@ -106,7 +108,8 @@ impl Drop for Component {
     }
 }
 
-/// Where `scripts/deps-sidecars.sh` put sidecar `name`.
+/// Where `scripts/deps-sidecars.sh` put `name` (a sidecar, the
+/// snapshot-controller, the folder of the snapshot CRDs).
 pub fn sidecar_binary(name: &str) -> Result<PathBuf> {
     let dir = match std::env::var_os("PILLAR_LAB_GO_BIN") {
         Some(dir) => PathBuf::from(dir),
@@ -114,7 +117,7 @@ pub fn sidecar_binary(name: &str) -> Result<PathBuf> {
             .join(".cache/pillar-csi/go-bin"),
     };
     let bin = dir.join(name);
-    if !bin.is_file() {
+    if !bin.exists() {
         return Err(format!("{} is missing: run `make deps`", bin.display()).into());
     }
     Ok(bin)
@@ -122,11 +125,16 @@ pub fn sidecar_binary(name: &str) -> Result<PathBuf> {
 
 /// The sidecars of the controller pod, by binary name; each logs to
 /// `k8s.<name>.log` in the lab's work folder.
-pub const SIDECARS: [&str; 3] = ["csi-provisioner", "csi-attacher", "csi-resizer"];
+pub const SIDECARS: [&str; 4] = [
+    "csi-provisioner",
+    "csi-attacher",
+    "csi-resizer",
+    "csi-snapshotter",
+];
 
 /// The CSI sidecars of the controller pod.
 pub struct Sidecars {
-    /// external-provisioner, external-attacher, external-resizer.
+    /// external-provisioner, -attacher, -resizer and -snapshotter.
     pub components: Vec<Component>,
 }
 
@@ -143,14 +151,20 @@ impl Sidecars {
         }
     }
 
-    /// Starts the three sidecars on `bed`'s controller socket as the
+    /// Whether every sidecar still runs (a sidecar exits when it loses
+    /// its connection to the CSI socket; kubelet would start it again).
+    pub fn all_running(&mut self) -> bool {
+        self.components.iter_mut().all(Component::running)
+    }
+
+    /// Starts the four sidecars on `bed`'s controller socket as the
     /// chart runs them (its flags, the controller's ServiceAccount and the
     /// chart's rules for it, leader election in namespace `pillar-csi`).
     pub async fn start(bed: &ClaimBed) -> Result<Self> {
         Self::start_on(&bed.server, &bed.controller.socket, &bed.lab.work).await
     }
 
-    /// Starts the three sidecars on the controller socket `socket` as the
+    /// Starts the four sidecars on the controller socket `socket` as the
     /// chart runs them, against `server`, each logging to
     /// `dir/k8s.<name>.log`.
     pub async fn start_on(server: &ApiServer, socket: &Path, dir: &Path) -> Result<Self> {
@@ -167,7 +181,7 @@ impl Sidecars {
                 "--v=4".into(),
             ];
             args.extend(LEASE.iter().map(OsString::from));
-            if name == "csi-provisioner" {
+            if matches!(name, "csi-provisioner" | "csi-snapshotter") {
                 args.push("--extra-create-metadata".into());
             }
             let log = dir.join(format!("k8s.{name}.log"));
@@ -216,6 +230,48 @@ impl ControllerManager {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         Ok(Self(kcm))
+    }
+}
+
+/// The snapshot-controller (external-snapshotter), against `server` as its
+/// admin, after the VolumeSnapshot CRDs of its release are applied.
+pub struct SnapshotController(pub Component);
+
+impl SnapshotController {
+    /// Applies the VolumeSnapshot, VolumeSnapshotContent and
+    /// VolumeSnapshotClass CRDs and starts the controller (its default
+    /// flags, leader election as a cluster's deployment runs it), writing
+    /// its log into `dir`.
+    pub async fn start(server: &ApiServer, dir: &Path) -> Result<Self> {
+        let crds = sidecar_binary("snapshot-crds")?;
+        server.kubectl(&["apply", "-f", &crds.display().to_string()])?;
+        for crd in [
+            "volumesnapshotclasses",
+            "volumesnapshotcontents",
+            "volumesnapshots",
+        ] {
+            server.kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{crd}.snapshot.storage.k8s.io"),
+            ])?;
+        }
+        let mut args: Vec<OsString> = vec![
+            format!("--kubeconfig={}", server.kubeconfig().display()).into(),
+            "--leader-election".into(),
+            "--leader-election-namespace=kube-system".into(),
+            "--v=4".into(),
+        ];
+        args.extend(LEASE.iter().map(OsString::from));
+        let program = sidecar_binary("snapshot-controller")?;
+        let log = dir.join("k8s.snapshot-controller.log");
+        Ok(Self(Component::spawn(
+            "snapshot-controller",
+            &program,
+            &args,
+            &log,
+        )?))
     }
 }
 

@@ -29,6 +29,7 @@ pub mod guide_world;
 pub mod guides;
 pub mod iscsi;
 pub mod k8s;
+pub mod k8s_cluster;
 pub mod metrics;
 pub mod mount;
 pub mod node_bed;

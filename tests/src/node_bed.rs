@@ -43,7 +43,7 @@ pub fn fence(uid: &str, generation: u64) -> Option<pb::FenceToken> {
 
 /// The agent, the plugin, and the node's identity.
 pub struct Bench {
-    _parent: ZfsParent,
+    parent: ZfsParent,
     /// The agent's process.
     pub agent_process: AgentProcess,
     /// The agent's client.
@@ -62,15 +62,22 @@ impl Bench {
     /// Starts an agent (a fresh ZFS parent and the lab's thin pool) and a
     /// node plugin, and reads the node's identity.
     pub async fn new(name: &str) -> Result<Self> {
+        Self::with_agent_args(name, Vec::new()).await
+    }
+
+    /// [`Bench::new`] with more flags for the agent (for example
+    /// `--key-encryption-key-file <file>`).
+    pub async fn with_agent_args(name: &str, agent_args: Vec<String>) -> Result<Self> {
         let lab = Lab::get();
         let parent = ZfsParent::create(&lab, name)?;
-        let config = AgentConfig::zvols_and_thin_lvs(
+        let mut config = AgentConfig::zvols_and_thin_lvs(
             &lab,
             &lab.unique(name),
             &parent,
             NVME_PORT,
             ISCSI_PORT,
         )?;
+        config.extra_args = agent_args;
         let agent_process = AgentProcess::start(config).await?;
         let agent = agent_process.client().await?;
         let plugin = NodePlugin::start(&lab, &lab.unique(name)).await?;
@@ -86,7 +93,7 @@ impl Bench {
         Ok(Self {
             host_nqn: parts[1].to_owned(),
             iqn: parts[2].to_owned(),
-            _parent: parent,
+            parent,
             agent_process,
             agent,
             plugin,
@@ -110,6 +117,24 @@ impl Bench {
         size: u64,
         chap: Option<pb::IscsiChap>,
     ) -> Result<Volume> {
+        self.make_volume(backend, protocol, size, chap, false).await
+    }
+
+    /// An encrypted zvol of `size` (the agent needs its key-encryption
+    /// key, [`Bench::with_agent_args`]), exported over `protocol` to this
+    /// node only.
+    pub async fn encrypted_zvol(&mut self, protocol: i32, size: u64) -> Result<Volume> {
+        self.make_volume(ZVOL, protocol, size, None, true).await
+    }
+
+    async fn make_volume(
+        &mut self,
+        backend: i32,
+        protocol: i32,
+        size: u64,
+        chap: Option<pb::IscsiChap>,
+        encrypted: bool,
+    ) -> Result<Volume> {
         let uid = self.lab.unique("uid");
         let id = if backend == ZVOL {
             format!("{}/{}", self.lab.pool, self.lab.unique("vol"))
@@ -124,6 +149,7 @@ impl Bench {
                 capacity_bytes: size,
                 fence: fence(&uid, 1),
                 lvm_provisioning: pb::LvmProvisioning::Thin as i32,
+                encrypted,
                 ..Default::default()
             })
             .await?
@@ -249,6 +275,14 @@ impl Bench {
         Ok(start.elapsed())
     }
 
+    /// The dataset of the zvol of agent volume ID `volume_id` (the ID names
+    /// the pool and the zvol; the agent keeps it under the bench's parent
+    /// dataset).
+    pub fn dataset(&self, volume_id: &str) -> String {
+        let name = volume_id.rsplit('/').next().unwrap_or_default();
+        format!("{}/{name}", self.parent.dataset())
+    }
+
     /// A fresh folder for staging or publishing.
     pub fn path(&self, what: &str) -> PathBuf {
         let dir = self.lab.work.join("kubelet");
@@ -267,6 +301,49 @@ pub fn measured(lab: &Lab, line: &str) -> Result<()> {
         .open(lab.work.join("node-measurements.txt"))?;
     writeln!(f, "{line}")?;
     Ok(())
+}
+
+/// A key-encryption key file for the agent (`--key-encryption-key-file`):
+/// 32 random bytes, mode 0600, in the lab's work folder; with its bytes.
+pub fn key_encryption_key_file(lab: &Lab, name: &str) -> Result<(PathBuf, Vec<u8>)> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut bytes = vec![0u8; 32];
+    fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let path = lab.work.join(lab.unique(name));
+    fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)?
+        .write_all(&bytes)?;
+    Ok((path, bytes))
+}
+
+/// The agent's flags that give it the key-encryption key at `path`.
+pub fn key_encryption_key_args(path: &Path) -> Vec<String> {
+    vec![
+        "--key-encryption-key-file".into(),
+        path.display().to_string(),
+    ]
+}
+
+/// `zfs unload-key dataset`, after udev settled, tried again (for up to
+/// ten seconds) while the probe udev runs on a device written and closed
+/// still holds it.
+pub fn unload_zfs_key(dataset: &str) -> Result<()> {
+    let mut tries = 0;
+    loop {
+        run("udevadm", &["settle"])?;
+        match run("zfs", &["unload-key", dataset]) {
+            Ok(_) => return Ok(()),
+            Err(e) if tries == 20 => return Err(e.into()),
+            Err(_) => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
 }
 
 /// Removes every nvmet subsystem, port and host and every LIO target and

@@ -1,7 +1,9 @@
 //! Snapshots and clones through the agent on the lab's real ZFS and LVM
 //! thin pool: the data
 //! a snapshot and each clone hold, every order of deleting a source volume,
-//! its snapshot, a clone of the snapshot and a clone of the volume (each
+//! its snapshot, a clone of the snapshot and a clone of the volume on ZFS,
+//! and on LVM, whose thin snapshots depend on nothing, each object first
+//! and last once (each
 //! object keeps its data until deleted, and at the end nothing is left:
 //! no dataset, no snapshot, no record), the refusals around snapshots the
 //! agent did not take, and retries. Run with `tests/lab/run tests --
@@ -260,10 +262,24 @@ async fn snapshot_agent_every_deletion_order_keeps_data_and_leaks_nothing() -> R
     ];
     let orders = permutations(&all);
     assert_eq!(orders.len(), 24);
+    // On ZFS every order: a clone keeps its origin snapshot, a snapshot its
+    // volume. A thin LVM snapshot or clone depends on nothing on the
+    // storage, so there the four rotations (each object deleted first
+    // once, and last once) exercise the agent's records.
+    let rotations: Vec<Vec<Object>> = (0..all.len())
+        .map(|i| {
+            all.iter()
+                .cycle()
+                .skip(i)
+                .take(all.len())
+                .copied()
+                .collect()
+        })
+        .collect();
     let lvm_tag = lab.unique("lo");
-    for (pool, kind, name) in [
-        (lab.pool.as_str(), ZVOL, "zfs"),
-        (lab.vg.as_str(), LVM, "lvm thin"),
+    for (pool, kind, name, orders) in [
+        (lab.pool.as_str(), ZVOL, "zfs", &orders),
+        (lab.vg.as_str(), LVM, "lvm thin", &rotations),
     ] {
         for (n, order) in orders.iter().enumerate() {
             let tag = format!("{lvm_tag}-{n}");

@@ -119,6 +119,7 @@ impl Backend for LvmBackend {
         options: &CreateOptions,
     ) -> Result<(BackendRecord, VolumeState), AgentError> {
         let (vg, lv, _) = Self::names(at)?;
+        refuse_encryption(&vg, &lv, options)?;
         if let Some(existing) = self.current(at)? {
             if existing.size < bytes {
                 return Err(AgentError::AlreadyExists(format!(
@@ -311,4 +312,14 @@ impl Backend for LvmBackend {
             }
         }
     }
+}
+
+/// LVM volumes are not encrypted: encryption is ZFS's, of zvols.
+fn refuse_encryption(vg: &VgName, lv: &LvName, options: &CreateOptions) -> Result<(), AgentError> {
+    if options.encrypted {
+        return Err(AgentError::InvalidArgument(format!(
+            "logical volume {vg}/{lv}: encryption is ZFS native encryption of zvols; LVM volumes are not encrypted"
+        )));
+    }
+    Ok(())
 }

@@ -27,6 +27,8 @@ pub struct CreateOptions {
     pub zfs_properties: BTreeMap<String, String>,
     /// Thin LV (`Some(true)`), linear (`Some(false)`), or the backend's default.
     pub thin: Option<bool>,
+    /// ZFS native encryption with a key of the volume's own (zvols only).
+    pub encrypted: bool,
 }
 
 /// Capacity of a backend.
@@ -47,6 +49,8 @@ pub enum ImportSource {
     Zvol {
         /// `<pool>[/<parent>]/<name>` (a snapshot name is refused as the wrong type).
         dataset: String,
+        /// The key of an encrypted zvol, as its owner's Secret holds it.
+        key: Option<ImportKey>,
     },
     /// An LV, its identity and policy to pin.
     Lv {
@@ -55,6 +59,30 @@ pub enum ImportSource {
         /// PreserveOriginal or Managed.
         policy: api::annotations::LvPolicy,
     },
+}
+
+/// The key an import names for an encrypted zvol, as the Secret holds it
+/// (32 raw bytes, or 64 hexadecimal digits, by the zvol's `keyformat`):
+/// zeroed when dropped, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ImportKey(zeroize::Zeroizing<Vec<u8>>);
+
+impl ImportKey {
+    /// The key `bytes`.
+    pub fn new(bytes: Vec<u8>) -> Self {
+        Self(zeroize::Zeroizing::new(bytes))
+    }
+
+    /// Its bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ImportKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ImportKey(<redacted>)")
+    }
 }
 
 /// One configured backend. Methods are synchronous; the service runs them
@@ -125,6 +153,13 @@ pub trait Backend: Send + Sync {
     /// The backend's snapshots and clones, `None` when it has none.
     fn snapshots(&self) -> Option<&dyn Snapshots> {
         None
+    }
+    /// Seals again, under the current key-encryption key, every volume key
+    /// the previous one sealed (a KEK rotation); returns how many, and the
+    /// volumes that could not be, with why. Backends without encryption
+    /// have none.
+    fn reseal_keys(&self) -> (u32, Vec<String>) {
+        (0, Vec::new())
     }
 }
 

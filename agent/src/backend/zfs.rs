@@ -3,7 +3,9 @@ use super::{Backend, BackendKind, Capacity, CreateOptions, ImportSource, VolumeS
 use crate::{
     adopt::{in_use, refused, usage},
     error::AgentError,
+    imported_keys::ImportedKeys,
     marks::BackendRecord,
+    sealed_key::Keks,
     volume::VolumeId,
 };
 use std::{path::PathBuf, sync::Arc, time::Duration};
@@ -21,14 +23,21 @@ pub struct ZfsBackend {
     zfs: Arc<Zfs>,
     pool: String,
     parent: DatasetName,
+    /// Seal the keys of encrypted zvols; none: encryption is refused.
+    keks: Option<Arc<Keks>>,
+    /// The sealed keys of imported encrypted zvols; none: such imports
+    /// are refused.
+    imported: Option<ImportedKeys>,
 }
 
 impl ZfsBackend {
-    /// A backend for `pool` with zvols under `pool/parent_dataset` (or the pool itself).
+    /// A backend for `pool` with zvols under `pool/parent_dataset` (or the
+    /// pool itself); `keks` seal the keys of encrypted zvols.
     pub fn new(
         zfs: Arc<Zfs>,
         pool: &str,
         parent_dataset: Option<&str>,
+        keks: Option<Arc<Keks>>,
     ) -> Result<Self, AgentError> {
         let parent = match parent_dataset {
             Some(p) => format!("{pool}/{p}"),
@@ -39,7 +48,18 @@ impl ZfsBackend {
             pool: pool.to_owned(),
             parent: DatasetName::new(&parent)
                 .map_err(|e| AgentError::InvalidArgument(e.to_string()))?,
+            keks,
+            imported: None,
         })
+    }
+
+    /// The backend keeping the sealed keys of the encrypted zvols it
+    /// imports in `keys` (the agent's state folder).
+    pub fn with_imported_keys(self, keys: ImportedKeys) -> Self {
+        Self {
+            imported: Some(keys),
+            ..self
+        }
     }
 
     fn dataset(at: &BackendRecord) -> Result<DatasetName, AgentError> {
@@ -131,6 +151,7 @@ impl ZfsBackend {
     }
 }
 
+mod keys;
 mod snapshots;
 
 /// Rounds `bytes` up to a multiple of `block`.
@@ -193,14 +214,25 @@ impl Backend for ZfsBackend {
         // The create itself tells whether the zvol is there already (the
         // caller refused one this agent did not make): then it is returned
         // when it is the pinned one and large enough.
-        match self.zfs.create_zvol(&spec) {
+        let created = if options.encrypted {
+            self.create_encrypted(spec.clone())
+        } else {
+            self.zfs.create_zvol(&spec).map_err(AgentError::from)
+        };
+        match created {
             Ok(()) => {}
-            Err(sys::zfs::Error::AlreadyExists { .. }) => {
+            Err(AgentError::AlreadyExists(_)) => {
                 let stats =
                     self.identified(&name, at)?
                         .ok_or_else(|| sys::zfs::Error::NotFound {
                             dataset: name.to_string(),
                         })?;
+                if options.encrypted && !self.encrypted(&name)? {
+                    return Err(AgentError::AlreadyExists(format!(
+                        "zvol {name} exists and is not encrypted; encryption was asked for"
+                    )));
+                }
+                self.ensure_key(&name)?;
                 let existing = self.state(&name, stats, true)?;
                 if existing.capacity_bytes < spec.size {
                     return Err(AgentError::AlreadyExists(format!(
@@ -210,7 +242,7 @@ impl Backend for ZfsBackend {
                 }
                 return Ok((Self::record(&name, stats), existing));
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         }
         // The size is the one just made; only the new GUID is read, beside
         // the wait for the device node: while many zvols are being made,
@@ -248,6 +280,7 @@ impl Backend for ZfsBackend {
         let Some(stats) = self.identified(&name, at)? else {
             return Ok(None);
         };
+        self.ensure_key(&name)?;
         self.state(&name, stats, true).map(Some)
     }
 
@@ -256,6 +289,7 @@ impl Backend for ZfsBackend {
         if self.identity(&name, at)?.is_none() {
             return Ok(None);
         }
+        self.ensure_key(&name)?;
         Ok(Some(self.zfs.wait_device(&name, DEVICE_TIMEOUT)?))
     }
 
@@ -264,7 +298,8 @@ impl Backend for ZfsBackend {
         if self.identity(&name, at)?.is_none() {
             return Ok(());
         }
-        Ok(self.zfs.destroy(&name)?)
+        self.zfs.destroy(&name)?;
+        self.forget_imported_key(at)
     }
 
     fn expand(&self, at: &BackendRecord, bytes: u64) -> Result<u64, AgentError> {
@@ -278,6 +313,7 @@ impl Backend for ZfsBackend {
         if bytes <= current {
             return Ok(current);
         }
+        self.ensure_key(&name)?;
         let block = self
             .zfs
             .get(&name)?
@@ -293,7 +329,7 @@ impl Backend for ZfsBackend {
         source: &ImportSource,
         bytes: u64,
     ) -> Result<(BackendRecord, VolumeState), AgentError> {
-        let ImportSource::Zvol { dataset: raw } = source else {
+        let ImportSource::Zvol { dataset: raw, key } = source else {
             return Err(AgentError::InvalidArgument(format!(
                 "volume {id}: a ZFS backend imports zvols only (import_zvol), not logical volumes"
             )));
@@ -357,16 +393,6 @@ impl Backend for ZfsBackend {
                 ),
             ));
         }
-        let device = Zfs::device_path(&named);
-        if !device.exists() {
-            return Err(refused(
-                id,
-                format!(
-                    "missing: block device {} is not present on the storage node",
-                    device.display()
-                ),
-            ));
-        }
         let volsize = info.volsize.ok_or_else(|| {
             AgentError::Internal(format!("zvol {named}: libzfs reported no volsize"))
         })?;
@@ -376,16 +402,24 @@ impl Backend for ZfsBackend {
                 format!("too small: dataset {named} is {volsize} bytes, requested capacity is {bytes} bytes; import never resizes"),
             ));
         }
-        if let Some(reason) = in_use(&usage(&device)?, None, true) {
-            return Err(refused(id, reason));
+        // An encrypted zvol's key is checked (changing nothing) before its
+        // device is looked at: without the key loaded there is none.
+        let key = self.checked_import_key(id, &named, key.as_ref())?;
+        let loaded = match &key {
+            Some(key) if self.zfs.key_status(&named)? == sys::zfs::KeyStatus::Unavailable => {
+                self.zfs.load_key(&named, key)?;
+                true
+            }
+            _ => false,
+        };
+        let adopted = self.adopt_checked(id, &named, volsize, key, loaded);
+        if adopted.is_err() && loaded {
+            // A refusal changes nothing: the key goes back to unloaded.
+            if let Err(e) = self.zfs.unload_key(&named) {
+                tracing::warn!(zvol = %named, error = %e, "could not unload the key of a refused import");
+            }
         }
-        Ok((
-            self.pinned(&named)?,
-            VolumeState {
-                capacity_bytes: volsize,
-                device_path: device,
-            },
-        ))
+        adopted
     }
 
     fn capacity(&self) -> Result<Capacity, AgentError> {
@@ -399,5 +433,51 @@ impl Backend for ZfsBackend {
 
     fn snapshots(&self) -> Option<&dyn super::Snapshots> {
         Some(self)
+    }
+
+    fn reseal_keys(&self) -> (u32, Vec<String>) {
+        self.reseal_all()
+    }
+}
+
+impl ZfsBackend {
+    /// The checks of an import that need the zvol's device (waited for
+    /// when its key was `loaded` just now), then its key kept sealed: the
+    /// record and state of the adopted zvol.
+    fn adopt_checked(
+        &self,
+        id: &VolumeId,
+        named: &DatasetName,
+        volsize: u64,
+        key: Option<sys::zfs::RawKey>,
+        loaded: bool,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        if loaded {
+            self.zfs.wait_device(named, DEVICE_TIMEOUT)?;
+        }
+        let device = Zfs::device_path(named);
+        if !device.exists() {
+            return Err(refused(
+                id,
+                format!(
+                    "missing: block device {} is not present on the storage node",
+                    device.display()
+                ),
+            ));
+        }
+        if let Some(reason) = in_use(&usage(&device)?, None, true) {
+            return Err(refused(id, reason));
+        }
+        let record = self.pinned(named)?;
+        if let Some(key) = key {
+            self.keep_imported_key(named, &record, &key)?;
+        }
+        Ok((
+            record,
+            VolumeState {
+                capacity_bytes: volsize,
+                device_path: device,
+            },
+        ))
     }
 }

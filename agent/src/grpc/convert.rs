@@ -1,6 +1,6 @@
 //! Wire values to the agent's types and back: enums, tokens, sources.
 use crate::{
-    backend::{BackendKind, ImportSource},
+    backend::{BackendKind, ImportKey, ImportSource},
     error::AgentError,
     export::Protocol,
     fence::Token,
@@ -74,12 +74,21 @@ pub(crate) fn export_record(
 pub(crate) fn import_source(
     r: &pb::CreateVolumeRequest,
 ) -> Result<Option<ImportSource>, AgentError> {
+    if !r.import_zvol_key.is_empty() && r.import_zvol.is_empty() {
+        return Err(AgentError::InvalidArgument(format!(
+            "volume {}: import_zvol_key is the key of an imported zvol; it needs import_zvol",
+            truncate(&r.volume_id)
+        )));
+    }
     match (&r.import_zvol, &r.import_lv) {
         (z, Some(_)) if !z.is_empty() => Err(AgentError::InvalidArgument(format!(
             "volume {}: set at most one of import_zvol and import_lv",
             truncate(&r.volume_id)
         ))),
-        (z, None) if !z.is_empty() => Ok(Some(ImportSource::Zvol { dataset: z.clone() })),
+        (z, None) if !z.is_empty() => Ok(Some(ImportSource::Zvol {
+            dataset: z.clone(),
+            key: (!r.import_zvol_key.is_empty()).then(|| ImportKey::new(r.import_zvol_key.clone())),
+        })),
         (_, Some(lv)) => {
             let value = format!(
                 "{}/{}:{}:{}",
@@ -137,8 +146,24 @@ mod tests {
         assert_eq!(
             import_source(&request("tank/k8s/v", None, ""))?,
             Some(ImportSource::Zvol {
-                dataset: "tank/k8s/v".into()
+                dataset: "tank/k8s/v".into(),
+                key: None,
             })
+        );
+        let keyed = pb::CreateVolumeRequest {
+            import_zvol_key: vec![7; 32],
+            ..request("tank/k8s/v", None, "")
+        };
+        assert_eq!(
+            import_source(&keyed)?,
+            Some(ImportSource::Zvol {
+                dataset: "tank/k8s/v".into(),
+                key: Some(ImportKey::new(vec![7; 32])),
+            })
+        );
+        assert!(
+            !format!("{:?}", import_source(&keyed)?).contains("7, 7"),
+            "the key is never printed"
         );
         let Some(ImportSource::Lv { identity, policy }) =
             import_source(&request("", Some(("data-vg", "legacy")), ""))?
@@ -159,6 +184,10 @@ mod tests {
             request("", Some(("data-vg", "legacy")), "managed"),
             request("", Some(("data-vg", "a/b")), ""),
             request("", Some(("data vg", "legacy")), ""),
+            pb::CreateVolumeRequest {
+                import_zvol_key: vec![7; 32],
+                ..request("", Some(("data-vg", "legacy")), "")
+            },
         ] {
             assert!(
                 matches!(import_source(&bad), Err(AgentError::InvalidArgument(_))),

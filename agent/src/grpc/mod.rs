@@ -218,7 +218,21 @@ impl AgentService for AgentGrpc {
         let r = request.into_inner();
         let import = import_source(&r)?;
         let source = snapshots::content_source(&r)?;
+        if r.zfs_properties.contains_key(crate::sealed_key::PROPERTY) {
+            return Err(AgentError::InvalidArgument(format!(
+                "zfs property {}: it holds the agent's sealed key of an encrypted zvol and cannot be set",
+                crate::sealed_key::PROPERTY
+            ))
+            .into());
+        }
+        if r.encrypted && import.is_some() {
+            return Err(AgentError::InvalidArgument(
+                "encrypted is for new volumes: an imported zvol keeps the encryption it has".into(),
+            )
+            .into());
+        }
         let options = CreateOptions {
+            encrypted: r.encrypted,
             zfs_properties: r.zfs_properties.into_iter().collect(),
             thin: match pb::LvmProvisioning::try_from(r.lvm_provisioning) {
                 Ok(pb::LvmProvisioning::Unspecified) => None,
@@ -494,6 +508,11 @@ impl AgentService for AgentGrpc {
         Ok(Response::new(pb::ReconcileStateResponse {
             repaired: out.applied,
             refused: out.failed,
+            refusals: out
+                .refusals
+                .into_iter()
+                .map(|(volume_id, message)| pb::RefusedExport { volume_id, message })
+                .collect(),
         }))
     }
 }

@@ -59,7 +59,7 @@ pub(super) fn identity_mismatch(pin: &AdoptedSource, lv: &sys::lvm::Lv) -> Optio
 /// The pin an import of `source` asks for.
 fn wanted_pin(source: &ImportSource) -> AdoptedSource {
     match source {
-        ImportSource::Zvol { dataset } => AdoptedSource::Zvol {
+        ImportSource::Zvol { dataset, .. } => AdoptedSource::Zvol {
             dataset: dataset.clone(),
         },
         ImportSource::Lv { identity, policy } => AdoptedSource::Lv {

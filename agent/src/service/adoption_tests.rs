@@ -160,7 +160,7 @@ async fn an_import_records_the_signature_probe() -> Result<(), AgentError> {
             &id,
             None,
             10,
-            ImportSource::Zvol { dataset },
+            ImportSource::Zvol { dataset, key: None },
             tok("u1", 1).as_ref(),
         )
         .await?;

@@ -27,6 +27,7 @@ async fn imported(f: &Fixture, uid: &str) -> Result<ImportSource, AgentError> {
     f.backend.create(&at, 10, &CreateOptions::default())?;
     let source = ImportSource::Zvol {
         dataset: "tank/k8s/old".into(),
+        key: None,
     };
     f.agent
         .import_volume("tank/old", None, 10, source.clone(), tok(uid, 1).as_ref())

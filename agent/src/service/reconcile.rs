@@ -22,6 +22,8 @@ pub struct Reconciled {
     pub applied: u32,
     /// Volumes or exports that could not be handled, with the reason.
     pub failed: Vec<String>,
+    /// ReconcileState's refusals: each volume ID, whole, with the reason.
+    pub refusals: Vec<(String, String)>,
 }
 
 impl Agent {
@@ -83,7 +85,10 @@ impl Agent {
                 .await
             {
                 Ok(_) => out.applied += 1,
-                Err(e) => out.failed.push(format!("{}: {e}", truncate(&id))),
+                Err(e) => {
+                    out.failed.push(format!("{}: {e}", truncate(&id)));
+                    out.refusals.push((id, e.to_string()));
+                }
             }
         }
         out

@@ -143,7 +143,7 @@ impl Backend for SimBackend {
         source: &ImportSource,
         _: u64,
     ) -> Result<(BackendRecord, VolumeState), AgentError> {
-        let ImportSource::Zvol { dataset } = source else {
+        let ImportSource::Zvol { dataset, .. } = source else {
             return Err(AgentError::InvalidArgument("zvols only".into()));
         };
         let at = BackendRecord::Zvol {

@@ -95,7 +95,7 @@ pub fn agent_on(
 }
 
 pub fn zfs_agent(lab: &Lab, parent: &str) -> Fixture {
-    let b = ZfsBackend::new(zfs(), &lab.pool, Some(parent)).unwrap();
+    let b = ZfsBackend::new(zfs(), &lab.pool, Some(parent), None).unwrap();
     agent(vec![Arc::new(b)])
 }
 
@@ -126,6 +126,7 @@ pub async fn import_zvol(
             bytes,
             ImportSource::Zvol {
                 dataset: dataset.into(),
+                key: None,
             },
             Some(&token(uid, 1)),
         )

@@ -270,6 +270,23 @@ pub struct PillarStorageClassSpec {
     /// any other property is refused before anything is created.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_claim_zfs_properties: Vec<String>,
+    /// Encrypt every new volume of this class with ZFS native encryption
+    /// (`aes-256-gcm`, a random key per volume that the agent keeps
+    /// sealed under its key-encryption key; the README's "Encryption
+    /// keys"). ZFS stores only; no claim annotation can turn it off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encrypted: bool,
+    /// The claims of this class import encrypted zvols: each names the
+    /// Secret in its namespace that holds its zvol's key (field `key`, 64
+    /// hexadecimal digits) in the annotation
+    /// `pillar-csi.bhyoo.com/import-key-secret`, and the generated
+    /// StorageClass has the external-provisioner read it and pass it in
+    /// CreateVolume's secrets. A claim of such a class without that
+    /// annotation is not provisioned (the provisioner cannot name the
+    /// Secret); the chart's `controller.readImportKeySecrets` lets it read
+    /// Secrets.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub import_keys: bool,
 }
 
 /// The generated StorageClass's name and policies.

@@ -137,6 +137,10 @@ pub struct Resolved {
     /// The filesystem (class, then annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filesystem: Option<Filesystem>,
+    /// Whether the volume was made encrypted (the class's `encrypted`);
+    /// its key is the agent's, sealed on the zvol, never in this record.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encrypted: bool,
 }
 
 /// The export of a volume as the agent must keep it.

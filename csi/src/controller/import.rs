@@ -214,6 +214,38 @@ impl Import {
     }
 }
 
+/// The field of the provisioner secret (CreateVolume's `secrets`) that
+/// holds the key of an imported encrypted zvol, as 64 hexadecimal digits.
+pub const KEY_SECRET_FIELD: &str = "key";
+
+/// The key of an imported encrypted zvol from CreateVolume's `secrets`
+/// (the StorageClass's `csi.storage.k8s.io/provisioner-secret-name`):
+/// empty without secrets. Only the names of the fields reach a message.
+pub fn key_from_secrets(
+    secrets: &std::collections::HashMap<String, String>,
+    import: &Import,
+) -> Result<Vec<u8>> {
+    if secrets.is_empty() {
+        return Ok(Vec::new());
+    }
+    if matches!(import.source, Source::Lv { .. }) {
+        return Err(invalid(format!(
+            "the provisioner secret is for the key of an imported encrypted zvol; {IMPORT_LV_ANNOTATION} imports a logical volume, which has none"
+        )));
+    }
+    match secrets.get(KEY_SECRET_FIELD) {
+        Some(key) => Ok(key.as_bytes().to_vec()),
+        None => {
+            let mut fields: Vec<&str> = secrets.keys().map(String::as_str).collect();
+            fields.sort_unstable();
+            Err(invalid(format!(
+                "the provisioner secret has no field {KEY_SECRET_FIELD:?} (it has {}); put the zvol's key there as 64 hexadecimal digits",
+                fields.join(", ")
+            )))
+        }
+    }
+}
+
 /// How an existing record's source reads in a message.
 fn recorded_source(state: &PillarVolumeState) -> Option<String> {
     if let Some(d) = &state.spec.imported_from {

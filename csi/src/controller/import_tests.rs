@@ -300,3 +300,44 @@ fn an_import_is_destroyed_only_after_its_claim_was_seen_bound() {
     }
     assert!(!released_on_delete(&recovered));
 }
+
+#[test]
+fn the_key_of_an_encrypted_zvol_comes_from_the_secret_field_key_and_no_value_is_ever_shown() {
+    let zvol = ask(&[(Z, "hot-data/k8s/pvc-0d52")], &zfs(Some("k8s")))
+        .unwrap()
+        .unwrap();
+    let secrets = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    assert_eq!(key_from_secrets(&secrets(&[]), &zvol).unwrap(), b"");
+    let digits = "0f".repeat(32);
+    assert_eq!(
+        key_from_secrets(&secrets(&[("key", &digits)]), &zvol).unwrap(),
+        digits.as_bytes()
+    );
+    let wrong = key_from_secrets(&secrets(&[("passphrase", "hunter2"), ("user", "x")]), &zvol)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        wrong,
+        "the provisioner secret has no field \"key\" (it has passphrase, user); put the zvol's key there as 64 hexadecimal digits"
+    );
+    assert!(!wrong.contains("hunter2"));
+    let lv = ask(
+        &[(L, &format!("data-vg/legacy:{VG_UUID}:{LV_UUID}"))],
+        &lvm(),
+    )
+    .unwrap()
+    .unwrap();
+    let refused = key_from_secrets(&secrets(&[("key", &digits)]), &lv)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("imports a logical volume, which has none"),
+        "{refused}"
+    );
+    assert!(!refused.contains(&digits));
+}

@@ -102,6 +102,17 @@ pub fn parse_filesystem(value: &str) -> Result<Filesystem> {
     Ok(Filesystem { fs_type })
 }
 
+/// The ZFS properties of encryption, and the agent's sealed key: no claim
+/// sets them, whatever its class allows.
+const ENCRYPTION_PROPERTIES: [&str; 6] = [
+    "encryption",
+    "keyformat",
+    "keylocation",
+    "pbkdf2iters",
+    "encryptionroot",
+    "pillar-csi.bhyoo.com:sealed-key",
+];
+
 /// What a `backend` annotation sets for a new volume.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackendSettings {
@@ -200,6 +211,12 @@ pub fn parse_backend(
                     };
                     for (k, v) in props {
                         let name = key(a, "zfs.properties", k)?;
+                        if ENCRYPTION_PROPERTIES.contains(&name.as_str()) {
+                            return Err(refuse(
+                                a,
+                                format!("ZFS property {name:?} is the PillarStorageClass's to set (its encrypted field), never a claim's"),
+                            ));
+                        }
                         if !allowed.contains(&name) {
                             return Err(not_allowed(class, allowed, &name));
                         }
@@ -363,12 +380,26 @@ mod tests {
     }
 
     #[test]
+    fn no_claim_sets_encryption_even_where_its_class_lists_it() {
+        let listed: Vec<String> = ENCRYPTION_PROPERTIES
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        for property in ENCRYPTION_PROPERTIES {
+            let doc = format!("zfs: {{properties: {{{property:?}: off}}}}");
+            assert_eq!(
+                err(parse_backend(&doc, "hot", &zfs(), "sealed", &listed)),
+                format!("pillar-csi.bhyoo.com/backend: ZFS property {property:?} is the PillarStorageClass's to set (its encrypted field), never a claim's")
+            );
+        }
+    }
+
+    #[test]
     fn a_claim_sets_only_the_zfs_properties_its_class_allows() {
         for (property, value) in [
             ("dedup", "on"),
             ("sync", "disabled"),
             ("copies", "3"),
-            ("keylocation", "file:///etc/passwd"),
             ("compress", "lz4"),
         ] {
             let doc = format!("zfs: {{properties: {{compression: lz4, {property}: {value}}}}}");

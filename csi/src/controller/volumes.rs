@@ -85,6 +85,26 @@ impl Controller {
         let store_name = place.store.name_any();
         let existing = self.states.get(&record_name).await?;
         let (wants, claim_ref) = self.wants_of(&req, &place, existing.as_ref()).await?;
+        // Checked before anything is recorded: a refusal records nothing.
+        let import_key = match &wants.import {
+            Some(import) => import::key_from_secrets(&req.secrets, import)?,
+            None => Vec::new(),
+        };
+        if place.class.spec.encrypted {
+            if place.store.spec.backend.zfs.is_none() {
+                return Err(Error::InvalidArgument(format!(
+                    "PillarStorageClass {:?} is encrypted and its PillarStore {store_name:?} has an LVM backend: encryption is ZFS native encryption of zvols",
+                    place.class.name_any()
+                )));
+            }
+            if wants.import.is_some() {
+                return Err(Error::InvalidArgument(format!(
+                    "volume {:?}: PillarStorageClass {:?} is encrypted, and an imported zvol keeps the encryption it has; import it with a class that is not encrypted",
+                    req.name,
+                    place.class.name_any()
+                )));
+            }
+        }
         if let Some(source) = &source {
             if wants.import.is_some() {
                 return Err(Error::InvalidArgument(format!(
@@ -156,6 +176,7 @@ impl Controller {
                                 .filesystem
                                 .clone()
                                 .or_else(|| place.class.spec.filesystem.clone()),
+                            encrypted: place.class.spec.encrypted,
                         }),
                         export_spec: Some(ExportSpec {
                             acl_enabled: acl_of(&place.protocol.spec.protocol),
@@ -205,11 +226,15 @@ impl Controller {
             backend_type: backend_type(id.backend()),
             capacity_bytes: bytes,
             fence: Some(fence(&state, generation(&state))),
+            // As recorded: a record made before a change of the class
+            // keeps what it was made with.
+            encrypted: state.spec.resolved.as_ref().is_some_and(|r| r.encrypted),
             ..Default::default()
         };
         wants.backend.apply(&place.store.spec.backend, &mut request);
         if let Some(import) = &wants.import {
             import.apply(&mut request);
+            request.import_zvol_key = import_key;
         }
         if let Some(source) = &source {
             source.apply(&mut request);

@@ -7,8 +7,10 @@
 //! their tools (e2fsprogs, xfsprogs), there is no library to call.
 use super::command::run_ok;
 use super::error::{Error, Result};
+use crate::volume_context::Origin;
 use std::{path::Path, time::Duration};
 use sys::blkid::Probe;
+use sys::block::Host;
 
 /// The filesystem used when a volume capability names none.
 pub const DEFAULT_FS_TYPE: &str = "ext4";
@@ -120,6 +122,31 @@ pub fn ensure_filesystem(
     Ok(Outcome::Formatted)
 }
 
+/// The size of block device `device` in bytes.
+pub fn device_size(device: &Path) -> Result<u64> {
+    let host = Host::default();
+    host.device(device)
+        .and_then(|d| host.size_bytes(&d))
+        .map_err(|e| Error::internal(e.to_string()))
+}
+
+/// Whether a volume of origin `existing_data` holds a copy of another
+/// volume's filesystem (restored from a snapshot or cloned), made at the
+/// source's size: such a filesystem is grown to its device when staged, so
+/// a claim larger than its source gets the space it asked for.
+pub fn grows_when_staged(existing_data: Option<&str>) -> bool {
+    existing_data.is_some_and(|o| o == Origin::Snapshot.as_str() || o == Origin::Clone.as_str())
+}
+
+/// Grows the `fs_type` filesystem mounted at `mount_point` online to fill
+/// `size` bytes; one that fills them already is left as it is.
+pub fn grow(mount_point: &Path, fs_type: &str, size: u64) -> Result<()> {
+    let grown = super::timed("grow", || sys::fsgrow::grow(mount_point, fs_type, size))
+        .map_err(|e| Error::internal(e.to_string()))?;
+    tracing::info!(size, grown, fs_type = %fs_type, "filesystem grown");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +200,21 @@ mod tests {
             for part in ["/dev/nvme0n1", origin, "volumeMode: Block", "refusing"] {
                 assert!(e.message.contains(part), "{part}: {e}");
             }
+        }
+    }
+
+    #[test]
+    fn only_copies_of_other_volumes_grow_when_staged() {
+        assert!(grows_when_staged(Some("snapshot")));
+        assert!(grows_when_staged(Some("clone")));
+        for origin in [
+            None,
+            Some("import-zvol"),
+            Some("import-lv"),
+            Some("recovery"),
+            Some("x"),
+        ] {
+            assert!(!grows_when_staged(origin), "{origin:?}");
         }
     }
 

@@ -119,6 +119,19 @@ pub fn split_options(options: &[String]) -> Result<Options> {
     })
 }
 
+impl Options {
+    /// These options with filesystem option `option` added, unless given.
+    pub fn with_data(mut self, option: &str) -> Self {
+        if !self.data.split(',').any(|o| o == option) {
+            if !self.data.is_empty() {
+                self.data.push(',');
+            }
+            self.data.push_str(option);
+        }
+        self
+    }
+}
+
 fn io(what: &str, path: &Path) -> impl FnOnce(rustix::io::Errno) -> Error {
     let what = format!("{what} {}", path.display());
     move |e| Error::io(what, std::io::Error::from(e))
@@ -193,6 +206,23 @@ mod tests {
             );
         }
         assert_eq!(mount_at(dir.path()).unwrap(), None);
+    }
+
+    #[test]
+    fn a_filesystem_option_is_added_once() {
+        let none = split_options(&[]).unwrap().with_data("nouuid");
+        assert_eq!(none.data, "nouuid");
+        let some = split_options(&["noatime".into(), "discard".into()])
+            .unwrap()
+            .with_data("nouuid");
+        assert_eq!(
+            (some.flags, some.data.as_str()),
+            (MountFlags::NOATIME, "discard,nouuid")
+        );
+        let given = split_options(&["nouuid".into()])
+            .unwrap()
+            .with_data("nouuid");
+        assert_eq!(given.data, "nouuid");
     }
 
     const TABLE: &str = "\

@@ -2,7 +2,7 @@
 //! mount at the staging path; and undo it, ending the connection only when
 //! no other staged volume uses it.
 use super::error::{Error, Kind, Result};
-use super::format::{ensure_filesystem, Outcome};
+use super::format::{device_size, ensure_filesystem, grow, grows_when_staged, Outcome};
 use super::mounts::{mount_at, mount_filesystem, split_options, unmount_path};
 use super::record::{Phase, StagingRecord};
 use super::{Fault, Node};
@@ -213,7 +213,14 @@ impl Node {
         fs_type: &str,
         flags: &[String],
     ) -> Result<()> {
-        let options = split_options(flags)?;
+        let mut options = split_options(flags)?;
+        if fs_type == "xfs" {
+            // A snapshot's restore and a clone carry their source's XFS
+            // UUID, and XFS refuses a second mount of one UUID: without
+            // `nouuid` a copy could not be staged on the node that stages
+            // its source (nor the source beside its copy).
+            options = options.with_data("nouuid");
+        }
         let dev = devnum(device)?;
         if let Some(m) = mount_at(&req.staging_path)? {
             if m.devnum == dev && m.fs_type == fs_type {
@@ -240,7 +247,11 @@ impl Node {
             .map_err(|e| Error::io(req.staging_path.display(), e))?;
         super::timed("mount", || {
             mount_filesystem(device, &req.staging_path, fs_type, &options)
-        })
+        })?;
+        if outcome == Outcome::Reused && grows_when_staged(req.existing_data.as_deref()) {
+            grow(&req.staging_path, fs_type, device_size(device)?)?;
+        }
+        Ok(())
     }
 
     /// NodeUnstageVolume: unmounts the staging path, ends the connection if

@@ -1,6 +1,7 @@
 //! NodeExpandVolume and NodeGetVolumeStats: a staged volume's size, growth
 //! and health.
 use super::error::{Error, Kind, Result};
+use super::format::{device_size, grow};
 use super::mounts::mount_at;
 use super::record::{Phase, StagingRecord};
 use super::stage::devnum;
@@ -9,7 +10,6 @@ use std::{
     path::Path,
     time::{Duration, Instant},
 };
-use sys::block::Host;
 
 /// How long NodeExpandVolume waits for the device to show its new size.
 pub const SIZE_WAIT: Duration = Duration::from_secs(60);
@@ -96,13 +96,6 @@ pub(super) fn check_staging_mount(r: &StagingRecord) -> Result<()> {
     }
 }
 
-fn size_of(device: &Path) -> Result<u64> {
-    let host = Host::default();
-    host.device(device)
-        .and_then(|d| host.size_bytes(&d))
-        .map_err(|e| Error::internal(e.to_string()))
-}
-
 impl Node {
     fn staged(&self, volume_id: &str) -> Result<StagingRecord> {
         self.records
@@ -131,7 +124,7 @@ impl Node {
             let start = Instant::now();
             let mut rescanned: Option<Instant> = None;
             let size = loop {
-                let size = size_of(&device)?;
+                let size = device_size(&device)?;
                 if size >= required_bytes {
                     break size;
                 }
@@ -151,9 +144,7 @@ impl Node {
                 std::thread::sleep(SIZE_POLL);
             };
             if let Some(fs_type) = &record.fs_type {
-                let grown = sys::fsgrow::grow(&record.staging_path, fs_type, size)
-                    .map_err(|e| Error::internal(e.to_string()))?;
-                tracing::info!(size, grown, fs_type = %fs_type, "filesystem grown");
+                grow(&record.staging_path, fs_type, size)?;
             }
             Ok(size)
         })
@@ -188,7 +179,7 @@ impl Node {
         }
         let usage = match &record.fs_type {
             None => {
-                let size = size_of(&self.attacher.verified_device(&record)?)?;
+                let size = device_size(&self.attacher.verified_device(&record)?)?;
                 Usage {
                     bytes: (size, 0, size),
                     inodes: None,

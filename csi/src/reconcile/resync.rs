@@ -15,7 +15,7 @@
 use super::Reconcilers;
 use crate::controller::{protocol_type, state};
 use api::crd::{PillarAgent, PillarVolumeState, VolumePhase};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use pillar_csi_proto::agent::v1 as pb;
 use std::collections::BTreeMap;
@@ -67,21 +67,23 @@ impl Reconcilers {
                 return 1;
             }
         };
-        let mut by_agent: BTreeMap<String, Vec<pb::DesiredExport>> = BTreeMap::new();
+        let mut by_agent: BTreeMap<String, Vec<(&PillarVolumeState, pb::DesiredExport)>> =
+            BTreeMap::new();
         for record in &records {
             if let Some(export) = desired_export(record) {
                 by_agent
                     .entry(record.spec.agent_ref.clone())
                     .or_default()
-                    .push(export);
+                    .push((record, export));
             }
         }
         let mut errors = 0;
         for agent in agents {
-            let Some(exports) = by_agent.remove(&agent.name_any()) else {
+            let Some(sent) = by_agent.remove(&agent.name_any()) else {
                 continue;
             };
-            let count = exports.len();
+            let count = sent.len();
+            let exports = sent.iter().map(|(_, e)| e.clone()).collect();
             let mut client = match self.agents.client(&agent) {
                 Ok(c) => c,
                 Err(e) => {
@@ -108,6 +110,8 @@ impl Reconcilers {
                         "resync"
                     );
                     errors += answer.refused.len() as u64;
+                    self.show_refusals(&agent.name_any(), &sent, &answer.refusals)
+                        .await;
                 }
                 Err(status) => {
                     tracing::warn!(agent = %agent.name_any(), code = ?status.code(), message = status.message(), "resync: ReconcileState failed");
@@ -125,4 +129,44 @@ impl Reconcilers {
         }
         errors
     }
+
+    /// Shows each refusal on its volume's record (`status.message`), and
+    /// clears the message of an earlier resync from a record whose export
+    /// was made this time. A record that cannot be written is logged.
+    async fn show_refusals(
+        &self,
+        agent: &str,
+        sent: &[(&PillarVolumeState, pb::DesiredExport)],
+        refusals: &[pb::RefusedExport],
+    ) {
+        let api = Api::<PillarVolumeState>::all(self.client.clone());
+        for (record, export) in sent {
+            let refused = refusals.iter().find(|r| r.volume_id == export.volume_id);
+            let shown = record.status.as_ref().and_then(|s| s.message.as_deref());
+            let wanted = refused.map(|r| refusal_message(agent, &r.message));
+            let stale = shown.is_some_and(|m| m.starts_with(REFUSAL_PREFIX));
+            if wanted.as_deref() == shown || (wanted.is_none() && !stale) {
+                continue;
+            }
+            let patch = serde_json::json!({"status": {"message": wanted}});
+            if let Err(e) = api
+                .patch_status(
+                    &record.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                tracing::warn!(volume = %record.name_any(), error = %e, "resync: could not write the refusal on the record");
+            }
+        }
+    }
+}
+
+/// How a resync's refusal starts on a record's `status.message`.
+const REFUSAL_PREFIX: &str = "resync: ";
+
+/// The record's message for a refusal of `agent`.
+fn refusal_message(agent: &str, why: &str) -> String {
+    format!("{REFUSAL_PREFIX}agent {agent} could not restore the export: {why}")
 }

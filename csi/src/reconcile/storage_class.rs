@@ -7,7 +7,9 @@
 //!   (what CreateVolume reads) and `csi.storage.k8s.io/fstype` from
 //!   `filesystem.fsType`; `reclaimPolicy` (default `Delete`),
 //!   `volumeBindingMode` (default `Immediate`), `allowVolumeExpansion`
-//!   (default true) from `storageClass`.
+//!   (default true) from `storageClass`; with `importKeys`, the
+//!   external-provisioner's secret parameters, templated from the claim's
+//!   `pillar-csi.bhyoo.com/import-key-secret` annotation and namespace.
 //! - A change of the PillarStorageClass updates the StorageClass. Its
 //!   provisioner, parameters, reclaimPolicy and volumeBindingMode are
 //!   immutable in Kubernetes, so when one of them changes the StorageClass
@@ -20,6 +22,7 @@
 //!   or agent it names does not resolve (the StorageClass is still kept).
 use super::{condition_changed, ready_condition, Reconcilers};
 use crate::controller::resolve::{self, CLASS_PARAMETER};
+use api::annotations::IMPORT_KEY_SECRET_ANNOTATION;
 use api::crd::{PillarStorageClass, ReclaimPolicy, VolumeBindingMode};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -31,6 +34,11 @@ use std::collections::BTreeMap;
 pub const PROVISIONER: &str = "pillar-csi.bhyoo.com";
 /// The StorageClass parameter the external-provisioner turns into the PV's fsType.
 pub const FSTYPE_PARAMETER: &str = "csi.storage.k8s.io/fstype";
+/// The StorageClass parameters naming the Secret the external-provisioner
+/// passes in CreateVolume's secrets (templated from the claim).
+pub const SECRET_NAME_PARAMETER: &str = "csi.storage.k8s.io/provisioner-secret-name";
+/// See [`SECRET_NAME_PARAMETER`].
+pub const SECRET_NAMESPACE_PARAMETER: &str = "csi.storage.k8s.io/provisioner-secret-namespace";
 
 /// The StorageClass `class` generates.
 pub fn desired(class: &PillarStorageClass) -> StorageClass {
@@ -42,6 +50,16 @@ pub fn desired(class: &PillarStorageClass) -> StorageClass {
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default();
         parameters.insert(FSTYPE_PARAMETER.to_owned(), name);
+    }
+    if class.spec.import_keys {
+        parameters.insert(
+            SECRET_NAME_PARAMETER.to_owned(),
+            format!("${{pvc.annotations['{IMPORT_KEY_SECRET_ANNOTATION}']}}"),
+        );
+        parameters.insert(
+            SECRET_NAMESPACE_PARAMETER.to_owned(),
+            "${pvc.namespace}".to_owned(),
+        );
     }
     StorageClass {
         metadata: ObjectMeta {
@@ -274,6 +292,8 @@ mod tests {
                     fs_type: FsType::Xfs,
                 }),
                 allowed_claim_zfs_properties: Vec::new(),
+                encrypted: false,
+                import_keys: false,
             },
         );
         c.metadata.uid = Some("u-1".into());
@@ -303,5 +323,25 @@ mod tests {
         let retain = desired(&class(Some(ReclaimPolicy::Retain)));
         assert!(immutable_differs(&sc, &retain));
         assert!(!immutable_differs(&sc, &desired(&class(None))));
+        assert!(!p.contains_key(SECRET_NAME_PARAMETER));
+    }
+
+    #[test]
+    fn a_class_of_encrypted_imports_has_the_provisioner_read_the_claims_key_secret() {
+        let mut importing = class(None);
+        importing.spec.import_keys = true;
+        let sc = desired(&importing);
+        let p = sc.parameters.clone().unwrap_or_default();
+        assert_eq!(
+            p.get("csi.storage.k8s.io/provisioner-secret-name")
+                .map(String::as_str),
+            Some("${pvc.annotations['pillar-csi.bhyoo.com/import-key-secret']}")
+        );
+        assert_eq!(
+            p.get("csi.storage.k8s.io/provisioner-secret-namespace")
+                .map(String::as_str),
+            Some("${pvc.namespace}")
+        );
+        assert!(immutable_differs(&sc, &desired(&class(None))));
     }
 }

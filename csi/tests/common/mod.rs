@@ -330,7 +330,8 @@ impl Bed {
     }
 }
 
-fn zvol_key(name: &str) -> String {
+/// The simulated pool's key of the zvol `tank/k8s/<name>`.
+pub fn zvol_key(name: &str) -> String {
     format!(
         "{:?}",
         pillar_csi_agent::marks::BackendRecord::Zvol {

@@ -207,6 +207,8 @@ pub fn class(
             },
             filesystem: fs.map(|fs_type| Filesystem { fs_type }),
             allowed_claim_zfs_properties: Vec::new(),
+            encrypted: false,
+            import_keys: false,
         },
     )
 }

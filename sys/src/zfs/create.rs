@@ -1,6 +1,7 @@
 //! Creating and destroying volumes: the checks made before the kernel is
 //! asked, property translation, thick reservations, dependents refused.
 use super::*;
+use crypto::RawKey;
 
 impl Zfs {
     /// Creates a volume. Every check (name below a pool, size not 0 and a
@@ -12,6 +13,14 @@ impl Zfs {
     /// thick volume, compute its reservation; the create itself runs
     /// unlocked, so creates from many threads proceed at once.
     pub fn create_zvol(&self, spec: &ZvolSpec) -> Result<(), Error> {
+        self.create_volume(spec, None)
+    }
+
+    /// [`Zfs::create_zvol`], encrypted when `key` is given: its properties
+    /// then carry `encryption=aes-256-gcm`, `keyformat=raw` and
+    /// `keylocation=prompt`, and the key goes with the create (the
+    /// encryption properties are refused in `spec.properties`).
+    pub(super) fn create_volume(&self, spec: &ZvolSpec, key: Option<&RawKey>) -> Result<(), Error> {
         let ds = spec.name.as_str();
         let parent = spec.name.parent().ok_or_else(|| InvalidName {
             name: ds.to_owned(),
@@ -28,7 +37,17 @@ impl Zfs {
                 add_u64(&mut nv, ds, "volblocksize", bs)?;
             }
             for (k, v) in &spec.properties {
+                if ENCRYPTION_PROPERTIES.contains(&k.as_str()) {
+                    return Err(Error::InvalidProperty {
+                        dataset: ds.to_owned(),
+                        property: k.clone(),
+                        why: "encryption is set by create_encrypted_zvol, with its key".into(),
+                    });
+                }
                 translate_property(&lib, ds, k, v, &mut nv)?;
+            }
+            if key.is_some() {
+                translate_encryption(&lib, ds, &mut nv, false)?;
             }
             if spec.provisioning == Provisioning::Thick {
                 let resv = lib
@@ -41,8 +60,9 @@ impl Zfs {
             }
             nv
         };
+        let mut key = key.map(RawKey::copy);
         self.lzc
-            .create(&c_name, true, &props)
+            .create(&c_name, true, &props, key.as_deref_mut())
             .map_err(|e| self.create_error(ds, &parent, "create", e))
     }
 
@@ -188,6 +208,38 @@ pub(super) fn translate_property(
     value: &str,
     nv: &mut NvList,
 ) -> Result<(), Error> {
+    translate(lib, ds, name, value, nv, false)
+}
+
+/// Adds the encryption properties of an encrypted create
+/// ([`crypto::ENCRYPTED`]) to a property list; for a change of key
+/// (`change`), the key's format and location only (the cipher stays).
+/// ZFS counts them read-only (they are set once, at create), which
+/// [`translate_property`] refuses.
+pub(super) fn translate_encryption(
+    lib: &Libzfs,
+    ds: &str,
+    nv: &mut NvList,
+    change: bool,
+) -> Result<(), Error> {
+    for (name, value) in ENCRYPTED {
+        if !(change && name == "encryption") {
+            translate(lib, ds, name, value, nv, true)?;
+        }
+    }
+    Ok(())
+}
+
+/// [`translate_property`]; `set_once` lets the read-only properties that
+/// are set at create (the encryption ones) through.
+fn translate(
+    lib: &Libzfs,
+    ds: &str,
+    name: &str,
+    value: &str,
+    nv: &mut NvList,
+    set_once: bool,
+) -> Result<(), Error> {
     let invalid = |why: String| Error::InvalidProperty {
         dataset: ds.to_owned(),
         property: name.to_owned(),
@@ -219,7 +271,7 @@ pub(super) fn translate_property(
             info.name
         )));
     }
-    if info.readonly {
+    if info.readonly && !(set_once && ENCRYPTION_PROPERTIES.contains(&info.name.as_str())) {
         return Err(invalid("read-only".into()));
     }
     if !info.valid_for_volume {

@@ -114,6 +114,21 @@ pub enum Error {
         /// The smaller size asked for.
         requested: u64,
     },
+    /// The key given is not the encrypted dataset's key; nothing was
+    /// loaded or changed.
+    #[error(
+        "the key given for {dataset} does not open it (EACCES): nothing was loaded or changed"
+    )]
+    WrongKey {
+        /// The dataset.
+        dataset: String,
+    },
+    /// A change of key needs the dataset's current key loaded.
+    #[error("the key of {dataset} is not loaded: load it before changing it")]
+    KeyNotLoaded {
+        /// The dataset.
+        dataset: String,
+    },
     /// The dataset is busy (open, mounted or exported).
     #[error("dataset {dataset} is busy: {op} refused (EBUSY): it is open, mounted or exported")]
     Busy {

@@ -45,7 +45,9 @@ impl BareCalls {
         if let Some(r) = refreservation {
             props.add_u64("refreservation", r).map_err(os)?;
         }
-        self.lzc.create(&name(dataset)?, true, &props).map_err(os)
+        self.lzc
+            .create(&name(dataset)?, true, &props, None)
+            .map_err(os)
     }
 
     /// `lzc_destroy`, once (a busy volume is an error, not retried).

@@ -38,7 +38,12 @@
 //! zfs.destroy(&name)?; // never recursive: refused while snapshots exist
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! An encrypted volume takes its raw key with the create
+//! ([`Zfs::create_encrypted_zvol`]); [`Zfs::load_key`], [`Zfs::check_key`],
+//! [`Zfs::unload_key`] and [`Zfs::change_key`] manage it afterwards.
 mod create;
+mod crypto;
 mod error;
 mod ffi;
 pub mod floor;
@@ -51,13 +56,15 @@ mod types;
 pub use api::names::zfs::{
     check_dataset_name, DatasetName, InvalidName, NameRule, SnapshotName, MAX_NAME_LEN,
 };
+pub use crypto::{KeyStatus, RawKey};
 pub use error::Error;
 pub use types::{
     release_of, versions_match, DatasetInfo, DatasetType, PoolCapacity, Provisioning, SnapshotInfo,
     Versions, VolumeStats, ZvolSpec,
 };
 
-use create::{check_user_property, check_volume_size, translate_property};
+use create::{check_user_property, check_volume_size, translate_encryption, translate_property};
+use crypto::{ENCRYPTED, ENCRYPTION_PROPERTIES};
 use ffi::{cstring, Libzfs, Lzc, NvList, PoolProp, Prop, PropKind};
 use std::{
     collections::BTreeMap,

@@ -110,10 +110,11 @@ impl Snapshots for LvmBackend {
         name: &str,
         target: &BackendRecord,
         bytes: u64,
-        _options: &CreateOptions,
+        options: &CreateOptions,
     ) -> Result<(BackendRecord, VolumeState), AgentError> {
         let (vg, snap, _) = Self::names(&Self::snapshot_record(source, name)?)?;
         let (_, lv, _) = Self::names(target)?;
+        super::refuse_encryption(&vg, &lv, options)?;
         let made = match self.current(target)? {
             Some(existing) if existing.origin.as_deref() == Some(snap.as_str()) => existing,
             Some(existing) => {

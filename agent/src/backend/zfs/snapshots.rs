@@ -80,6 +80,16 @@ impl Snapshots for ZfsBackend {
     ) -> Result<(BackendRecord, VolumeState), AgentError> {
         let origin = Self::snapshot_name(source, name)?;
         let clone = Self::dataset(target)?;
+        // A clone shares its origin's key (ZFS keeps it under the origin's
+        // encryption root): it is encrypted exactly when its source is, and
+        // the key must be loaded to make it.
+        let source_name = Self::dataset(source)?;
+        if options.encrypted && !self.encrypted(&source_name)? {
+            return Err(AgentError::FailedPrecondition(format!(
+                "zvol {clone}: encryption was asked for, and its source {source_name} is not encrypted (a ZFS clone keeps its origin's encryption)"
+            )));
+        }
+        self.ensure_key(&source_name)?;
         // A clone is sparse and keeps its origin's block size: those two
         // options have no say; the others are set as on a new zvol.
         let properties: Vec<(String, String)> = options
@@ -111,6 +121,7 @@ impl Snapshots for ZfsBackend {
             self.zfs.set_volsize(&clone, round_up(bytes, block))?;
         }
         let stats: VolumeStats = self.zfs.volume_stats(&clone)?;
+        self.ensure_key(&clone)?;
         let device_path = self.zfs.wait_device(&clone, DEVICE_TIMEOUT)?;
         Ok((
             Self::record(&clone, stats),

@@ -182,17 +182,58 @@ impl Lzc {
         }
     }
 
-    /// `lzc_create` of a volume (or filesystem) with kernel-form properties.
-    pub fn create(&self, name: &CStr, zvol: bool, props: &NvList) -> Result<(), c_int> {
+    /// `lzc_create` of a volume (or filesystem) with kernel-form
+    /// properties and, for an encrypted one, its raw wrapping key.
+    pub fn create(
+        &self,
+        name: &CStr,
+        zvol: bool,
+        props: &NvList,
+        key: Option<&mut [u8; KEY_LEN]>,
+    ) -> Result<(), c_int> {
         let kind = if zvol {
             z::LZC_DATSET_TYPE_ZVOL
         } else {
             z::LZC_DATSET_TYPE_ZFS
         };
+        let (key, len) = key_arg(key);
         // SAFETY: name is NUL-terminated; props is a live nvlist that
         // lzc_create only reads (it copies it into the ioctl's arguments);
-        // no wrapping key (NULL, 0).
-        errno(unsafe { z::lzc_create(name.as_ptr(), kind, props.as_ptr(), ptr::null_mut(), 0) })
+        // the key is NULL with length 0 or a live buffer of `len` bytes
+        // that lzc_create only copies.
+        errno(unsafe { z::lzc_create(name.as_ptr(), kind, props.as_ptr(), key, len) })
+    }
+
+    /// `lzc_load_key` of `name`'s raw wrapping key; `noop` only checks it
+    /// (the key stays unloaded).
+    pub fn load_key(&self, name: &CStr, noop: bool, key: &mut [u8; KEY_LEN]) -> Result<(), c_int> {
+        let noop = if noop { z::B_TRUE } else { z::B_FALSE };
+        let (key, len) = key_arg(Some(key));
+        // SAFETY: name is NUL-terminated; the key is a live buffer of
+        // `len` bytes that lzc_load_key only copies.
+        errno(unsafe { z::lzc_load_key(name.as_ptr(), noop, key, len) })
+    }
+
+    /// `lzc_unload_key` of `name`.
+    pub fn unload_key(&self, name: &CStr) -> Result<(), c_int> {
+        // SAFETY: name is NUL-terminated and only read.
+        errno(unsafe { z::lzc_unload_key(name.as_ptr()) })
+    }
+
+    /// `lzc_change_key` of `name` to a new raw wrapping key, with `props`
+    /// (kernel form) naming its format and location.
+    pub fn change_key(
+        &self,
+        name: &CStr,
+        props: &NvList,
+        key: &mut [u8; KEY_LEN],
+    ) -> Result<(), c_int> {
+        let (key, len) = key_arg(Some(key));
+        // SAFETY: name is NUL-terminated; props is a live nvlist only
+        // read; the key is a live buffer of `len` bytes only copied.
+        errno(unsafe {
+            z::lzc_change_key(name.as_ptr(), DCP_CMD_NEW_KEY, props.as_ptr(), key, len)
+        })
     }
 
     /// `lzc_destroy` of a filesystem or volume (never recursive).
@@ -257,6 +298,23 @@ impl Lzc {
         } else {
             Err((rc, errs))
         }
+    }
+}
+
+/// `lzc_change_key`'s command to rewrap the key as an encryption root:
+/// `DCP_CMD_NEW_KEY` of `enum dcp_cmd` in `sys/dsl_crypt.h`, a header of
+/// the kernel module's that libzfs_core's own headers do not include (its
+/// members are numbered from `DCP_CMD_NONE = 0`, then `DCP_CMD_RAW_RECV`).
+const DCP_CMD_NEW_KEY: u64 = 2;
+
+/// The length of a raw wrapping key (`keyformat=raw`, `WRAPPING_KEY_LEN`).
+pub(crate) const KEY_LEN: usize = 32;
+
+/// A key buffer as libzfs_core's `uint8_t *wkeydata, uint_t wkeylen`.
+fn key_arg(key: Option<&mut [u8; KEY_LEN]>) -> (*mut u8, c_uint) {
+    match key {
+        Some(k) => (k.as_mut_ptr(), KEY_LEN as c_uint),
+        None => (ptr::null_mut(), 0),
     }
 }
 

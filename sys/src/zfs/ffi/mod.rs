@@ -27,7 +27,7 @@ pub(crate) use nvlist::*;
 
 use std::{
     collections::HashMap,
-    ffi::{c_char, c_int, c_void, CStr, CString},
+    ffi::{c_char, c_int, c_uint, c_void, CStr, CString},
     marker::PhantomData,
     os::fd::OwnedFd,
     ptr::{self, NonNull},

@@ -1,0 +1,436 @@
+//! A small cluster around a [`ClaimBed`] for the claim tests that go
+//! through the real Kubernetes components: kube-controller-manager, the
+//! snapshot-controller and the controller pod's four CSI sidecars
+//! ([`crate::k8s`]), one Node registered as kubelet and
+//! node-driver-registrar would register it, and the two parts a test
+//! plays: the user (claims, Pods, snapshots) and kubelet, which cannot run
+//! here (it stages and publishes from the VolumeAttachment the real
+//! attacher filled, and reports the volumes in use in the Node's status).
+use crate::{
+    claim_bed::ClaimBed,
+    claim_requests::capability,
+    csi::csi_pb as pb,
+    k8s::{tail, ControllerManager, Sidecars, SnapshotController, SIDECARS},
+    Result,
+};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaimSpec, ServiceAccount};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
+use serde_json::{json, Value};
+use std::{
+    collections::HashMap,
+    fs,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+/// The CSI driver's name.
+pub const DRIVER: &str = "pillar-csi.bhyoo.com";
+/// The namespace of the user's objects.
+pub const NAMESPACE: &str = "default";
+/// How long one step of the real components may take under the lab's CPU.
+pub const STEP: Duration = Duration::from_secs(240);
+
+/// The bed's cluster: its components run until it is dropped.
+pub struct Cluster<'a> {
+    /// The storage side, the driver and the API server.
+    pub bed: &'a ClaimBed,
+    /// The Node's name (the node ID's first part).
+    pub node_name: String,
+    /// The user's view: the admin's client.
+    pub admin: kube::Client,
+    kcm: ControllerManager,
+    snapshots: SnapshotController,
+    sidecars: Option<Sidecars>,
+}
+
+/// A volume that the played kubelet staged and published.
+#[derive(Debug, Clone)]
+pub struct Mounted {
+    /// The PV's volume handle.
+    pub handle: String,
+    /// Its staging path.
+    pub staging: PathBuf,
+    /// Its publish target: the Pod's view of the volume.
+    pub target: PathBuf,
+}
+
+impl<'a> Cluster<'a> {
+    /// Starts kube-controller-manager, the snapshot-controller (after its
+    /// CRDs) and the sidecars on `bed`, registers the Node and its CSINode,
+    /// and waits for the namespace's default ServiceAccount (the API server
+    /// admits a Pod once kube-controller-manager made it).
+    pub async fn start(bed: &'a ClaimBed) -> Result<Self> {
+        let kcm = ControllerManager::start(&bed.server, &bed.lab.work).await?;
+        let snapshots = SnapshotController::start(&bed.server, &bed.lab.work).await?;
+        let sidecars = Sidecars::start(bed).await?;
+        let node_name = bed.node_id.split('/').next().unwrap_or_default().to_owned();
+        let cluster = Self {
+            bed,
+            node_name,
+            admin: bed.admin.clone(),
+            kcm,
+            snapshots,
+            sidecars: Some(sidecars),
+        };
+        let node: Node = from(json!({
+            "metadata": {"name": cluster.node_name,
+                "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+        }))?;
+        cluster
+            .api::<Node>()
+            .create(&PostParams::default(), &node)
+            .await?;
+        let csinode: CSINode = from(json!({
+            "metadata": {"name": cluster.node_name},
+            "spec": {"drivers": [{"name": DRIVER, "nodeID": bed.node_id, "topologyKeys": []}]},
+        }))?;
+        cluster
+            .api::<CSINode>()
+            .create(&PostParams::default(), &csinode)
+            .await?;
+        let accounts: Api<ServiceAccount> = cluster.namespaced();
+        cluster
+            .until("ServiceAccount default", || {
+                let accounts = accounts.clone();
+                async move { Ok(accounts.get_opt("default").await?.map(|_| ())) }
+            })
+            .await?;
+        Ok(cluster)
+    }
+
+    /// The cluster-wide API of `K`.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::all(self.admin.clone())
+    }
+
+    /// The API of `K` in [`NAMESPACE`].
+    pub fn namespaced<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.admin.clone(), NAMESPACE)
+    }
+
+    /// The API of `snapshot.storage.k8s.io/v1` kind `kind`, in [`NAMESPACE`]
+    /// (VolumeSnapshot) or cluster-wide (VolumeSnapshotContent, -Class).
+    pub fn snapshot_api(&self, kind: &str) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", kind);
+        let resource = ApiResource::from_gvk(&gvk);
+        match kind {
+            "VolumeSnapshot" => Api::namespaced_with(self.admin.clone(), NAMESPACE, &resource),
+            _ => Api::all_with(self.admin.clone(), &resource),
+        }
+    }
+
+    /// The tails of every component's log and the driver's.
+    pub fn logs(&self) -> String {
+        let sidecars = SIDECARS.iter().map(|n| {
+            let log = fs::read_to_string(self.bed.lab.work.join(format!("k8s.{n}.log")))
+                .unwrap_or_default();
+            format!("==== {n} ====\n{}", tail(&log, 30))
+        });
+        let mut parts: Vec<String> = sidecars.collect();
+        parts.push(format!(
+            "==== snapshot-controller ====\n{}",
+            tail(&self.snapshots.0.log(), 30)
+        ));
+        parts.push(format!(
+            "==== kube-controller-manager ====\n{}",
+            tail(&self.kcm.0.log(), 30)
+        ));
+        parts.push(format!("==== driver ====\n{}", tail(&self.bed.logs(), 30)));
+        parts.join("\n")
+    }
+
+    /// Waits (bounded by [`STEP`]) until `f` gives a value; the error names
+    /// `what` and carries the components' logs.
+    pub async fn until<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>>>,
+    {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = f().await? {
+                println!("      {what}: after {:.1} s", start.elapsed().as_secs_f64());
+                return Ok(v);
+            }
+            if start.elapsed() > STEP {
+                return Err(format!("{what}: not within {STEP:?}\n{}", self.logs()).into());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The user's claim `name` of `size` (`64Mi`) in StorageClass `class`,
+    /// made from `data_source` (a `spec.dataSource`) when given.
+    pub async fn claim(
+        &self,
+        name: &str,
+        class: &str,
+        size: &str,
+        data_source: Option<Value>,
+    ) -> Result<()> {
+        self.claim_annotated(name, class, size, data_source, json!({}))
+            .await
+    }
+
+    /// [`Cluster::claim`] with `annotations` (a JSON object).
+    pub async fn claim_annotated(
+        &self,
+        name: &str,
+        class: &str,
+        size: &str,
+        data_source: Option<Value>,
+        annotations: Value,
+    ) -> Result<()> {
+        let mut spec = json!({"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+            "resources": {"requests": {"storage": size}}});
+        if let Some(source) = data_source {
+            spec["dataSource"] = source;
+        }
+        let spec: PersistentVolumeClaimSpec = from(spec)?;
+        let pvc = PersistentVolumeClaim {
+            metadata: from(json!({"name": name, "annotations": annotations}))?,
+            spec: Some(spec),
+            ..Default::default()
+        };
+        self.namespaced::<PersistentVolumeClaim>()
+            .create(&PostParams::default(), &pvc)
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until claim `name` is Bound; returns its PV.
+    pub async fn bound(&self, name: &str) -> Result<PersistentVolume> {
+        let pvcs = self.namespaced::<PersistentVolumeClaim>();
+        let pv_name = self
+            .until(&format!("PVC {name} Bound"), || {
+                let pvcs = pvcs.clone();
+                async move {
+                    let c = pvcs.get(name).await?;
+                    Ok(c.status
+                        .and_then(|s| s.phase)
+                        .filter(|p| p == "Bound")
+                        .and(c.spec.and_then(|s| s.volume_name)))
+                }
+            })
+            .await?;
+        Ok(self.api::<PersistentVolume>().get(&pv_name).await?)
+    }
+
+    /// Deletes claim `name` and waits until its PV is gone (the real
+    /// provisioner's DeleteVolume succeeded).
+    pub async fn delete_claim(&self, name: &str, pv: &PersistentVolume) -> Result<()> {
+        self.namespaced::<PersistentVolumeClaim>()
+            .delete(name, &DeleteParams::default())
+            .await?;
+        let pv_name = pv.metadata.name.clone().unwrap_or_default();
+        let pvs = self.api::<PersistentVolume>();
+        self.until(&format!("PV {pv_name} of PVC {name} deleted"), || {
+            let (pvs, pv_name) = (pvs.clone(), pv_name.clone());
+            async move { Ok(pvs.get_opt(&pv_name).await?.is_none().then_some(())) }
+        })
+        .await
+    }
+
+    /// A Pod `name` on the Node using `claims`; the attach-detach controller
+    /// makes their VolumeAttachments.
+    pub async fn pod(&self, name: &str, claims: &[&str]) -> Result<()> {
+        let volumes: Vec<Value> = claims
+            .iter()
+            .map(|c| json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
+            .collect();
+        let mounts: Vec<Value> = claims
+            .iter()
+            .map(|c| json!({"name": c, "mountPath": format!("/{c}")}))
+            .collect();
+        let pod: Pod = from(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": self.node_name, "automountServiceAccountToken": false,
+                "containers": [{"name": "c", "image": "busybox", "volumeMounts": mounts}],
+                "volumes": volumes},
+        }))?;
+        self.namespaced::<Pod>()
+            .create(&PostParams::default(), &pod)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes Pod `name` at once.
+    pub async fn delete_pod(&self, name: &str) -> Result<()> {
+        self.namespaced::<Pod>()
+            .delete(name, &DeleteParams::default().grace_period(0))
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until the real attacher attached `pv` to the Node; returns
+    /// its VolumeAttachment.
+    pub async fn attached(&self, pv: &PersistentVolume) -> Result<VolumeAttachment> {
+        let pv_name = pv.metadata.name.clone().unwrap_or_default();
+        let vas = self.api::<VolumeAttachment>();
+        let va = self
+            .until(&format!("VolumeAttachment of {pv_name} attached"), || {
+                let (vas, pv_name) = (vas.clone(), pv_name.clone());
+                async move {
+                    let list = vas.list(&ListParams::default()).await?;
+                    Ok(list.items.into_iter().find(|va| {
+                        va.spec.source.persistent_volume_name.as_deref() == Some(pv_name.as_str())
+                            && va.status.as_ref().is_some_and(|s| s.attached)
+                    }))
+                }
+            })
+            .await?;
+        assert_eq!(va.spec.attacher, DRIVER);
+        assert_eq!(va.spec.node_name, self.node_name);
+        Ok(va)
+    }
+
+    /// Waits until no VolumeAttachment names `pv` (the attach-detach
+    /// controller deleted it, the real attacher unpublished).
+    pub async fn detached(&self, pv: &PersistentVolume) -> Result<()> {
+        let pv_name = pv.metadata.name.clone().unwrap_or_default();
+        let vas = self.api::<VolumeAttachment>();
+        self.until(&format!("VolumeAttachment of {pv_name} gone"), || {
+            let (vas, pv_name) = (vas.clone(), pv_name.clone());
+            async move {
+                let list = vas.list(&ListParams::default()).await?;
+                Ok(list
+                    .items
+                    .iter()
+                    .all(|va| {
+                        va.spec.source.persistent_volume_name.as_deref() != Some(pv_name.as_str())
+                    })
+                    .then_some(()))
+            }
+        })
+        .await
+    }
+
+    /// kubelet (played): NodeStage and NodePublish of `pv` from its
+    /// attachment `va`, at paths named after `tag`.
+    pub async fn stage_and_publish(
+        &self,
+        pv: &PersistentVolume,
+        va: &VolumeAttachment,
+        fs_type: &str,
+        tag: &str,
+    ) -> Result<Mounted> {
+        let csi = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.csi.clone())
+            .ok_or("PV without csi")?;
+        assert_eq!(csi.driver, DRIVER);
+        let publish_context: HashMap<String, String> = va
+            .status
+            .as_ref()
+            .and_then(|s| s.attachment_metadata.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let volume_context: HashMap<String, String> = csi
+            .volume_attributes
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let mounted = Mounted {
+            handle: csi.volume_handle.clone(),
+            staging: self.bed.path(&format!("{tag}.staging")),
+            target: self.bed.path(&format!("{tag}.target")),
+        };
+        let mut node = self.bed.node_client().await?;
+        node.node_stage_volume(pb::NodeStageVolumeRequest {
+            volume_id: mounted.handle.clone(),
+            publish_context: publish_context.clone(),
+            staging_target_path: mounted.staging.display().to_string(),
+            volume_capability: Some(capability(fs_type)),
+            volume_context: volume_context.clone(),
+            ..Default::default()
+        })
+        .await?;
+        node.node_publish_volume(pb::NodePublishVolumeRequest {
+            volume_id: mounted.handle.clone(),
+            publish_context,
+            staging_target_path: mounted.staging.display().to_string(),
+            target_path: mounted.target.display().to_string(),
+            volume_capability: Some(capability(fs_type)),
+            volume_context,
+            ..Default::default()
+        })
+        .await?;
+        Ok(mounted)
+    }
+
+    /// kubelet (played): NodeUnpublish and NodeUnstage of `mounted`.
+    pub async fn unpublish_and_unstage(&self, mounted: &Mounted) -> Result<()> {
+        let mut node = self.bed.node_client().await?;
+        node.node_unpublish_volume(pb::NodeUnpublishVolumeRequest {
+            volume_id: mounted.handle.clone(),
+            target_path: mounted.target.display().to_string(),
+        })
+        .await?;
+        node.node_unstage_volume(pb::NodeUnstageVolumeRequest {
+            volume_id: mounted.handle.clone(),
+            staging_target_path: mounted.staging.display().to_string(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// kubelet (played): the Node's `status.volumesInUse` becomes the
+    /// volumes of `handles` (the attach-detach controller detaches none of
+    /// them while listed).
+    pub async fn report_in_use(&self, handles: &[&str]) -> Result<()> {
+        let in_use: Vec<String> = handles
+            .iter()
+            .map(|h| format!("kubernetes.io/csi/{DRIVER}^{h}"))
+            .collect();
+        let value = if in_use.is_empty() {
+            Value::Null
+        } else {
+            json!(in_use)
+        };
+        self.api::<Node>()
+            .patch_status(
+                &self.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"volumesInUse": value}})),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Unregisters the Node and stops the sidecars as a deleted pod's
+    /// containers stop (SIGTERM, then a grace period); the other
+    /// components stop when the cluster is dropped.
+    pub async fn stop(mut self) -> Result<()> {
+        self.api::<Node>()
+            .delete(&self.node_name, &DeleteParams::default())
+            .await?;
+        self.api::<CSINode>()
+            .delete(&self.node_name, &DeleteParams::default())
+            .await?;
+        if let Some(sidecars) = self.sidecars.take() {
+            sidecars.terminate().await;
+        }
+        Ok(())
+    }
+}
+
+/// `v` as a `T`.
+pub fn from<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
+    Ok(serde_json::from_value(v)?)
+}
