@@ -110,6 +110,10 @@ struct AgentArgs {
     /// the current one at start.
     #[arg(long, value_name = "FILE")]
     previous_key_encryption_key_file: Option<PathBuf>,
+    /// Gives every encrypted zvol the agent made a new key of its own at
+    /// start (the data is not rewritten); needs the key-encryption key.
+    #[arg(long)]
+    change_volume_keys: bool,
 }
 
 fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
@@ -142,6 +146,7 @@ fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.previous_key_encryption_key_file = args
         .previous_key_encryption_key_file
         .or(c.previous_key_encryption_key_file);
+    c.change_volume_keys |= args.change_volume_keys;
     c.validate().map_err(|e| e.to_string())?;
     Ok(c)
 }
@@ -160,6 +165,7 @@ fn run_agent(args: AgentArgs) -> Result<(), String> {
     runtime.block_on(async {
         let backends = server::open_backends(&config).map_err(|e| e.to_string())?;
         server::reseal_keys(&config, &backends);
+        server::change_volume_keys(&config, &backends);
         let agent = server::build(&config, backends).map_err(|e| e.to_string())?;
         server::serve(&config, agent, crate::VERSION)
             .await

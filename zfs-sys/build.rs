@@ -41,6 +41,7 @@ const FUNCTIONS: &[&str] = &[
     "zfs_prop_get_numeric",
     "zfs_prop_set",
     "zfs_prop_set_list",
+    "zfs_prop_inherit",
     "zfs_get_user_props",
     "zfs_iter_filesystems_v2",
     "zfs_iter_snapshots_v2",

@@ -98,6 +98,10 @@ pub struct AgentConfig {
     /// again under the current one at start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_key_encryption_key_file: Option<PathBuf>,
+    /// Give every encrypted zvol the agent made a new key of its own at
+    /// start (README, "Encryption keys"); needs the key-encryption key.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub change_volume_keys: bool,
     /// The gRPC server's limits.
     pub limits: Limits,
 }
@@ -149,6 +153,7 @@ impl Default for AgentConfig {
             recovery_trust_anchor: None,
             key_encryption_key_file: None,
             previous_key_encryption_key_file: None,
+            change_volume_keys: false,
             limits: Limits::default(),
         }
     }
@@ -172,6 +177,7 @@ struct FileConfig {
     recovery_trust_anchor: Option<PathBuf>,
     key_encryption_key_file: Option<PathBuf>,
     previous_key_encryption_key_file: Option<PathBuf>,
+    change_volume_keys: Option<bool>,
     limits: Option<Limits>,
 }
 
@@ -249,6 +255,7 @@ impl AgentConfig {
             recovery_trust_anchor: file.recovery_trust_anchor,
             key_encryption_key_file: file.key_encryption_key_file,
             previous_key_encryption_key_file: file.previous_key_encryption_key_file,
+            change_volume_keys: file.change_volume_keys.unwrap_or(d.change_volume_keys),
             limits: file.limits.unwrap_or(d.limits),
         })
     }
@@ -343,6 +350,11 @@ impl AgentConfig {
         {
             problems.push(
                 "--previous-key-encryption-key-file needs --key-encryption-key-file: the previous key-encryption key only opens, the current one seals".into(),
+            );
+        }
+        if self.change_volume_keys && self.key_encryption_key_file.is_none() {
+            problems.push(
+                "--change-volume-keys needs --key-encryption-key-file: each new volume key is sealed under it".into(),
             );
         }
         let l = self.limits;
@@ -524,6 +536,23 @@ mod tests {
         );
         c.key_encryption_key_file = Some("/kek/new".into());
         c.validate()?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_change_of_volume_keys_needs_the_key_encryption_key() -> Result<(), ConfigError> {
+        let mut c = AgentConfig::from_yaml(
+            "backends:\n  - zfs: {pool: tank}\ninsecurePlaintext: true\nchangeVolumeKeys: true\n",
+        )?;
+        assert!(c.change_volume_keys);
+        let e = c.validate().expect_err("no KEK").to_string();
+        assert!(
+            e.contains("--change-volume-keys needs --key-encryption-key-file"),
+            "{e}"
+        );
+        c.key_encryption_key_file = Some("/kek/current".into());
+        c.validate()?;
+        assert!(!AgentConfig::from_yaml("insecurePlaintext: true\n")?.change_volume_keys);
         Ok(())
     }
 }

@@ -7,7 +7,7 @@
 //! looks.
 
 /// The files whose refusals the guides document, with their names for messages.
-const SOURCES: [(&str, &str); 14] = [
+const SOURCES: [(&str, &str); 15] = [
     ("backend/zfs.rs", include_str!("backend/zfs.rs")),
     ("backend/lvm.rs", include_str!("backend/lvm.rs")),
     ("adopt.rs", include_str!("adopt.rs")),
@@ -28,6 +28,10 @@ const SOURCES: [(&str, &str); 14] = [
         include_str!("backend/lvm/snapshots.rs"),
     ),
     ("backend/zfs/keys.rs", include_str!("backend/zfs/keys.rs")),
+    (
+        "backend/zfs/key_change.rs",
+        include_str!("backend/zfs/key_change.rs"),
+    ),
 ];
 
 /// The recovery rules, whose refusals are returned as `Err(String)` (the

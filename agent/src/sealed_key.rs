@@ -18,6 +18,13 @@ use zeroize::Zeroizing;
 /// The zvol user property that holds its sealed key.
 pub const PROPERTY: &str = "pillar-csi.bhyoo.com:sealed-key";
 
+/// The zvol user property that holds its new sealed key while its key is
+/// being changed (`backend::zfs::key_change`).
+pub const NEXT_PROPERTY: &str = "pillar-csi.bhyoo.com:sealed-key-next";
+
+/// The properties only the agent sets.
+pub const PROPERTIES: [&str; 2] = [PROPERTY, NEXT_PROPERTY];
+
 /// The format of the sealed text.
 const VERSION: &str = "v1";
 

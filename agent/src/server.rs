@@ -140,6 +140,28 @@ pub fn reseal_keys(config: &AgentConfig, backends: &[Arc<dyn Backend>]) {
     }
 }
 
+/// When `config` asks for it (`--change-volume-keys`), gives every
+/// encrypted volume the agent made a new key, before anything is served;
+/// what could not be changed is logged (it keeps a key that opens it).
+pub fn change_volume_keys(config: &AgentConfig, backends: &[Arc<dyn Backend>]) {
+    if !config.change_volume_keys {
+        return;
+    }
+    for backend in backends {
+        let (changed, failed) = backend.change_volume_keys();
+        info!(
+            pool = backend.pool(),
+            changed, "encrypted volumes given a new key of their own"
+        );
+        for why in failed {
+            warn!(
+                pool = backend.pool(),
+                why, "the key of a volume could not be changed"
+            );
+        }
+    }
+}
+
 /// Builds the agent for `config` over `backends`: its exporters (each
 /// kernel target that is present) and its marks.
 pub fn build(config: &AgentConfig, backends: Vec<Arc<dyn Backend>>) -> Result<Agent, ServeError> {

@@ -203,3 +203,11 @@ def test_a_rotation_mounts_the_previous_key_encryption_key_beside_the_current():
     assert {"kek-2", "kek-1"} <= set(secret_volumes(agent))
     with pytest.raises(Exception, match="previousKeyEncryptionKeySecret needs"):
         render({"agent": {"previousKeyEncryptionKeySecret": "kek-1"}})
+
+
+def test_a_change_of_the_volume_keys_is_asked_in_the_config_and_needs_the_key_encryption_key():
+    assert "changeVolumeKeys" not in agent_config(render({"agent": {"keyEncryptionKeySecret": "kek"}}))
+    config = agent_config(render({"agent": {"keyEncryptionKeySecret": "kek", "changeVolumeKeys": True}}))
+    assert config["changeVolumeKeys"] is True
+    with pytest.raises(Exception, match="changeVolumeKeys needs agent.keyEncryptionKeySecret"):
+        render({"agent": {"changeVolumeKeys": True}})

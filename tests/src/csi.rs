@@ -122,11 +122,12 @@ impl CsiProcess {
         dial(&self.socket).await
     }
 
-    /// Whether the process still runs.
-    pub fn running(&mut self) -> bool {
+    /// How the process exited, once it has (`None` while it runs or
+    /// after [`CsiProcess::kill`]).
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
         self.child
             .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Kills the process with SIGKILL and reaps it.

@@ -75,6 +75,9 @@ pub struct GuideWorld {
     path: OsString,
     _kcm: ControllerManager,
     installed: Option<Installed>,
+    /// What the world did on its own (restarts, slow starts), for a
+    /// failing command's message.
+    notes: Vec<String>,
 }
 
 impl GuideWorld {
@@ -125,6 +128,7 @@ impl GuideWorld {
             path,
             _kcm: kcm,
             installed: None,
+            notes: Vec::new(),
         };
         world.setup("prepare.sh", &[]).await?;
         Ok(world)
@@ -265,7 +269,21 @@ impl GuideWorld {
         Ok(agent)
     }
 
-    async fn start_controller(&self, tls: &Path) -> Result<(CsiProcess, Sidecars)> {
+    async fn start_controller(&mut self, tls: &Path) -> Result<(CsiProcess, Sidecars)> {
+        let start = Instant::now();
+        let controller = self.controller_process(tls).await?;
+        let ready = start.elapsed();
+        let sidecars = Sidecars::start_on(&self.server, &controller.socket, &self.lab.work).await?;
+        self.note(&format!(
+            "the controller pod started: the controller ready after {:.1} s, its sidecars started after {:.1} s",
+            ready.as_secs_f64(),
+            start.elapsed().as_secs_f64()
+        ));
+        Ok((controller, sidecars))
+    }
+
+    /// The controller container's process, ready.
+    async fn controller_process(&self, tls: &Path) -> Result<CsiProcess> {
         let args: Vec<OsString> = vec![
             "controller".into(),
             "--kubeconfig".into(),
@@ -280,31 +298,54 @@ impl GuideWorld {
             "--reconcile-interval".into(),
             "2s".into(),
         ];
-        let controller = CsiProcess::start(
+        CsiProcess::start(
             &args,
             &self.lab.work.join("guides.controller.sock"),
             &self.lab.work.join("guides.controller.log"),
             &[("RUST_LOG", "info")],
         )
-        .await?;
-        let sidecars = Sidecars::start_on(&self.server, &controller.socket, &self.lab.work).await?;
-        Ok((controller, sidecars))
+        .await
+    }
+
+    /// The controller pod's processes, while it runs.
+    fn controller_pod(&mut self) -> Option<&mut (CsiProcess, Sidecars)> {
+        self.installed.as_mut().and_then(|i| i.controller.as_mut())
+    }
+
+    /// Keeps `what` the world did on its own, with the time, and prints it
+    /// (in the test's output).
+    fn note(&mut self, what: &str) {
+        let line = format!("guide world, {}: {what}", clock());
+        eprintln!("{line}");
+        self.notes.push(line);
     }
 
     /// Starts or stops the controller pod's processes to follow the
     /// replica count of the Deployment `pillar-csi-controller`, as its
-    /// ReplicaSet and kubelet would; a pod one of whose processes exited
-    /// (a sidecar that lost its connection to the controller's socket
-    /// exits, under load too) is started again, as kubelet restarts its
-    /// containers.
+    /// ReplicaSet and kubelet would; a process of the pod that exited (a
+    /// sidecar exits when it loses its connection to the controller's
+    /// socket) is started again alone, as kubelet restarts a container.
     pub async fn follow_controller_deployment(&mut self) -> Result<()> {
-        let Some(installed) = self.installed.as_mut() else {
-            return Ok(());
-        };
-        if let Some((controller, sidecars)) = installed.controller.as_mut() {
-            if !(controller.running() && sidecars.all_running()) {
-                self.stop_controller().await;
+        let mut restarted = Vec::new();
+        let pod = self.controller_pod();
+        if let Some(status) = pod.and_then(|(controller, _)| controller.exit_status()) {
+            let log = self.lab.work.join("guides.controller.log");
+            restarted.push(format!(
+                "the controller exited ({status}); its last lines:\n{}",
+                tail(&fs::read_to_string(log).unwrap_or_default(), 6)
+            ));
+            let fresh = self
+                .controller_process(&self.dir.join("pod-tls/controller"))
+                .await?;
+            if let Some((controller, _)) = self.controller_pod() {
+                *controller = fresh;
             }
+        }
+        if let Some((_, sidecars)) = self.controller_pod() {
+            restarted.extend(sidecars.restart_exited()?);
+        }
+        for why in restarted {
+            self.note(&format!("restarted as kubelet would: {why}"));
         }
         let Some(installed) = self.installed.as_ref() else {
             return Ok(());
@@ -362,6 +403,9 @@ impl GuideWorld {
     /// The logs of the world's processes, for a failing command's message.
     pub fn logs(&self) -> String {
         let mut out = String::new();
+        for note in &self.notes[self.notes.len().saturating_sub(6)..] {
+            out += &format!("{note}\n");
+        }
         if let Some(i) = &self.installed {
             out += &format!("==== agent ====\n{}\n", tail(&i.agent.log(), 25));
             if let Some((c, s)) = &i.controller {
@@ -430,6 +474,19 @@ fn short(text: &str, n: usize) -> String {
         .map(|l| l.chars().take(300).collect())
         .collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The time of day in UTC (`HH:MM:SS`), as the components' logs show it.
+fn clock() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        secs / 3600 % 24,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 /// `text` quoted for bash.

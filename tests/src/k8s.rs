@@ -14,7 +14,7 @@ use std::{
     ffi::OsString,
     fs,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command, ExitStatus, Stdio},
     time::Duration,
 };
 
@@ -38,25 +38,29 @@ pub struct Component {
     pub name: String,
     /// Its standard output and error.
     pub log: PathBuf,
+    program: PathBuf,
+    args: Vec<OsString>,
     child: Child,
 }
 
 impl Component {
     /// Starts `program args`, its output appended to `log`.
     pub fn spawn(name: &str, program: &Path, args: &[OsString], log: &Path) -> Result<Self> {
-        let out = fs::OpenOptions::new().create(true).append(true).open(log)?;
-        let child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .spawn()
-            .map_err(|e| format!("starting {name} ({}): {e}", program.display()))?;
         Ok(Self {
             name: name.to_owned(),
             log: log.to_owned(),
-            child,
+            program: program.to_owned(),
+            args: args.to_vec(),
+            child: start(name, program, args, log)?,
         })
+    }
+
+    /// Starts it again as it was started, once it has exited (as kubelet
+    /// restarts a container); its output goes on in the same log.
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop();
+        self.child = start(&self.name, &self.program, &self.args, &self.log)?;
+        Ok(())
     }
 
     /// Its log so far.
@@ -100,12 +104,29 @@ impl Component {
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// How it exited, once it has (`None` while it runs).
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
 }
 
 impl Drop for Component {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// `program args` started, its output appended to `log`.
+fn start(name: &str, program: &Path, args: &[OsString], log: &Path) -> Result<Child> {
+    let out = fs::OpenOptions::new().create(true).append(true).open(log)?;
+    Ok(Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .map_err(|e| format!("starting {name} ({}): {e}", program.display()))?)
 }
 
 /// Where `scripts/deps-sidecars.sh` put `name` (a sidecar, the
@@ -151,10 +172,23 @@ impl Sidecars {
         }
     }
 
-    /// Whether every sidecar still runs (a sidecar exits when it loses
-    /// its connection to the CSI socket; kubelet would start it again).
-    pub fn all_running(&mut self) -> bool {
-        self.components.iter_mut().all(Component::running)
+    /// Starts again each sidecar that exited, as kubelet restarts a
+    /// pod's exited container and leaves the others running (a sidecar
+    /// exits when it loses its connection to the CSI socket); says which,
+    /// how each exited and its last log lines.
+    pub fn restart_exited(&mut self) -> Result<Vec<String>> {
+        let mut restarted = Vec::new();
+        for c in &mut self.components {
+            if let Some(status) = c.exit_status() {
+                restarted.push(format!(
+                    "{} exited ({status}); its last lines:\n{}",
+                    c.name,
+                    tail(&c.log(), 6)
+                ));
+                c.restart()?;
+            }
+        }
+        Ok(restarted)
     }
 
     /// Starts the four sidecars on `bed`'s controller socket as the

@@ -5,13 +5,14 @@
 //! brought back by the agent alone, the host's filesystem writing again
 //! and every byte reading back; no key, the volume's or the key-encryption
 //! key, in the agent's state folder, log, command line or environment; a
-//! key that cannot be opened keeps the volume unexported; the refusals.
+//! key that cannot be opened keeps the volume unexported; the refusals; a
+//! change of the volume's own key, whole and interrupted at each step.
 //!
 //! One test in its own binary: emptying the kernel target would cut every
 //! other test's exports in the same guest.
 //!
 //! Run with `tests/lab/run tests -- encryption_agent`.
-use pillar_csi_agent::sealed_key::{Kek, PROPERTY};
+use pillar_csi_agent::sealed_key::{Kek, NEXT_PROPERTY, PROPERTY};
 use pillar_csi_lab::{agent::pb, block::pattern, node_bed::*, run, Lab, Result};
 use std::{
     fs,
@@ -365,6 +366,120 @@ async fn encryption_agent_reboot_brings_keys_back_without_a_person_and_leaks_non
         run("zfs", &["list", "-H", &ds]).is_err(),
         "the zvol, and its sealed key with it, is gone"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn encryption_agent_volume_key_change_keeps_the_data_and_survives_a_crash_at_each_step(
+) -> Result<()> {
+    let (kek_path, kek_bytes) = key_encryption_key_file(&Lab::get(), "change-kek")?;
+    let kek = Kek::from_bytes(&kek_bytes).map_err(|n| format!("KEK of {n} bytes"))?;
+    let kek_args = key_encryption_key_args(&kek_path);
+    let mut b = Bench::with_agent_args("chg", kek_args.clone()).await?;
+    let v = b.encrypted_zvol(NVME, 16 << 20).await?;
+    let ds = b.dataset(&v.id);
+    let name = sys::zfs::DatasetName::new(&ds)?;
+    let zfs = sys::zfs::Zfs::open()?;
+    let data = pattern(9, 1 << 20);
+    write_synced(&v.device, &data)?;
+    let first = zfs_get(&ds, PROPERTY)?;
+    let first_key = kek.open(&first)?;
+    let reads_back = |what: &str| -> Result<()> {
+        let mut read = vec![0u8; data.len()];
+        std::io::Read::read_exact(&mut fs::File::open(&v.device)?, &mut read)?;
+        assert!(read == data, "{what}: the data changed");
+        Ok(())
+    };
+
+    // The whole change, asked at start: a new key opens the zvol, the old
+    // one no longer does, and the data is as it was.
+    let mut changing = kek_args.clone();
+    changing.push("--change-volume-keys".to_owned());
+    power_off(&mut b, &ds)?;
+    power_on(&mut b, changing).await?;
+    let log = b.agent_process.log();
+    assert!(
+        log.contains("encrypted volumes given a new key of their own"),
+        "{log}"
+    );
+    assert!(exported(&v.context["target"]), "{log}");
+    let second = zfs_get(&ds, PROPERTY)?;
+    assert_ne!(second, first);
+    assert_eq!(zfs_get(&ds, NEXT_PROPERTY)?, "-");
+    let second_key = kek.open(&second)?;
+    assert_ne!(second_key.bytes(), first_key.bytes());
+    zfs.check_key(&name, &second_key)?;
+    assert!(
+        matches!(
+            zfs.check_key(&name, &first_key),
+            Err(sys::zfs::Error::WrongKey { .. })
+        ),
+        "the old key still opens the zvol"
+    );
+    reads_back("after the change")?;
+    println!("key change: the new key opens the zvol, the old one does not, the data is unchanged");
+
+    // Interrupted after its first step (the new key sealed aside, the key
+    // not changed): the next start keeps the key that opens the zvol.
+    let stray = sys::zfs::RawKey::from_slice(&random_key()?).ok_or("32 bytes")?;
+    run(
+        "zfs",
+        &[
+            "set",
+            &format!("{NEXT_PROPERTY}={}", kek.seal(&stray)?),
+            &ds,
+        ],
+    )?;
+    power_off(&mut b, &ds)?;
+    power_on(&mut b, kek_args.clone()).await?;
+    let log = b.agent_process.log();
+    assert!(
+        log.contains("an interrupted change of its key was not made"),
+        "{log}"
+    );
+    assert!(exported(&v.context["target"]), "{log}");
+    assert_eq!(zfs_get(&ds, PROPERTY)?, second);
+    assert_eq!(zfs_get(&ds, NEXT_PROPERTY)?, "-");
+    reads_back("after a change interrupted before the change")?;
+
+    // Interrupted after its second step (the key changed, the new seal not
+    // yet moved in): the next start finds that the new key opens it.
+    let third_key = sys::zfs::RawKey::from_slice(&random_key()?).ok_or("32 bytes")?;
+    let third = kek.seal(&third_key)?;
+    run("zfs", &["set", &format!("{NEXT_PROPERTY}={third}"), &ds])?;
+    zfs.change_key(&name, &third_key)?;
+    power_off(&mut b, &ds)?;
+    power_on(&mut b, kek_args).await?;
+    let log = b.agent_process.log();
+    assert!(
+        log.contains("an interrupted change of its key was made"),
+        "{log}"
+    );
+    assert!(exported(&v.context["target"]), "{log}");
+    assert_eq!(zfs_get(&ds, PROPERTY)?, third);
+    assert_eq!(zfs_get(&ds, NEXT_PROPERTY)?, "-");
+    reads_back("after a change interrupted after the change")?;
+    println!("key change interrupted after each step: the key that opens the zvol is kept, the data is unchanged");
+
+    // No key in clear in the log or the state folder.
+    let state_dir = b.agent_process.config().state_dir.clone();
+    let mut places = vec![(
+        "the agent's log".to_owned(),
+        b.agent_process.log().into_bytes(),
+    )];
+    for file in files_under(&state_dir)? {
+        places.push((file.display().to_string(), fs::read(&file)?));
+    }
+    for (place, bytes) in &places {
+        for (key, which) in [
+            (&second_key, "the changed key"),
+            (&third_key, "the key of the interrupted change"),
+        ] {
+            refute_key(place, bytes, key.bytes(), which)?;
+        }
+    }
+    b.delete(&v).await?;
     Ok(())
 }
 

@@ -161,6 +161,13 @@ pub trait Backend: Send + Sync {
     fn reseal_keys(&self) -> (u32, Vec<String>) {
         (0, Vec::new())
     }
+    /// Gives every encrypted volume whose key the agent made a new key
+    /// (a change of the volumes' own keys); returns how many, and the
+    /// volumes that could not, with why. Backends without encryption have
+    /// none.
+    fn change_volume_keys(&self) -> (u32, Vec<String>) {
+        (0, Vec::new())
+    }
 }
 
 /// A snapshot as the backend sees it.

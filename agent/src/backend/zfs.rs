@@ -151,6 +151,7 @@ impl ZfsBackend {
     }
 }
 
+mod key_change;
 mod keys;
 mod snapshots;
 
@@ -437,6 +438,10 @@ impl Backend for ZfsBackend {
 
     fn reseal_keys(&self) -> (u32, Vec<String>) {
         self.reseal_all()
+    }
+
+    fn change_volume_keys(&self) -> (u32, Vec<String>) {
+        self.change_all_keys()
     }
 }
 

@@ -218,10 +218,12 @@ impl AgentService for AgentGrpc {
         let r = request.into_inner();
         let import = import_source(&r)?;
         let source = snapshots::content_source(&r)?;
-        if r.zfs_properties.contains_key(crate::sealed_key::PROPERTY) {
+        if let Some(property) = crate::sealed_key::PROPERTIES
+            .into_iter()
+            .find(|p| r.zfs_properties.contains_key(*p))
+        {
             return Err(AgentError::InvalidArgument(format!(
-                "zfs property {}: it holds the agent's sealed key of an encrypted zvol and cannot be set",
-                crate::sealed_key::PROPERTY
+                "zfs property {property}: it holds the agent's sealed key of an encrypted zvol and cannot be set"
             ))
             .into());
         }

@@ -184,6 +184,22 @@ impl Zfs {
         })
     }
 
+    /// Removes the value of `property` set on dataset `name`, as `zfs
+    /// inherit property name` would (a user property then shows its
+    /// parent's value, if any); one not set is a no-op.
+    pub fn inherit_property(&self, name: &DatasetName, property: &str) -> Result<(), Error> {
+        let ds = name.as_str();
+        let c_prop = cstring(property).map_err(|_| Error::InvalidProperty {
+            dataset: ds.to_owned(),
+            property: property.to_owned(),
+            why: "contains NUL".into(),
+        })?;
+        self.with_open(ds, ffi::TYPE_DATASET, "inherit property of", |lib, d| {
+            d.inherit_prop(lib, &c_prop)
+                .map_err(|e| libzfs(ds, "inherit property of", e))
+        })
+    }
+
     /// Grows a volume to `new_size` bytes (a multiple of its block size).
     /// The same size is a no-op; a smaller one is [`Error::Shrink`]. A thick
     /// volume's reservation grows with it, as `zfs set volsize` does.

@@ -3,7 +3,7 @@
 //! zvol's user property; a zvol whose key is not loaded (after a reboot)
 //! gets it loaded from that property before its device is used; during a
 //! rotation of the key-encryption key, every seal is made again under the
-//! new one. An imported encrypted zvol gets no property: its key, checked
+//! new one (a change of the zvol's own key is [`super::key_change`]). An imported encrypted zvol gets no property: its key, checked
 //! against it first, is kept sealed in the agent's state folder
 //! ([`crate::imported_keys`]).
 use super::ZfsBackend;
@@ -57,6 +57,9 @@ impl ZfsBackend {
                 "zvol {name} is encrypted and its key is not loaded: {why}; it stays without a device and unexported"
             ))
         };
+        if let Err(e) = self.settle_key_change(&root) {
+            tracing::warn!(volume = %name, root = %root, error = %e, "an interrupted change of its key could not be settled; its sealed key is tried");
+        }
         let sealed = match self.zfs.property(&root, sealed_key::PROPERTY)? {
             Some(sealed) => sealed,
             None => self.imported_sealed_key(&root)?.ok_or_else(|| {

@@ -140,6 +140,18 @@ impl Dataset<'_> {
             Err(lib.last_error())
         }
     }
+
+    /// `zfs_prop_inherit` of one property (`zfs inherit`): a value set on
+    /// this dataset goes; a user property then shows its parent's, if any.
+    pub fn inherit_prop(&self, lib: &Libzfs, name: &CStr) -> Result<(), LibzfsError> {
+        // SAFETY: live handle opened through lib; the name is only read.
+        let rc = unsafe { z::zfs_prop_inherit(self.ptr(), name.as_ptr(), 0) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(lib.last_error())
+        }
+    }
 }
 
 impl Drop for Dataset<'_> {
