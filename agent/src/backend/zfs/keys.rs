@@ -3,8 +3,9 @@
 //! zvol's user property; a zvol whose key is not loaded (after a reboot)
 //! gets it loaded from that property before its device is used; during a
 //! rotation of the key-encryption key, every seal is made again under the
-//! new one (a change of the zvol's own key is [`super::key_change`]). An imported encrypted zvol gets no property: its key, checked
-//! against it first, is kept sealed in the agent's state folder
+//! new one (a change of the zvol's own key is [`super::key_change`]). An
+//! imported encrypted zvol gets no property: its key, checked against it
+//! first, is kept sealed in the agent's state folder
 //! ([`crate::imported_keys`]).
 use super::ZfsBackend;
 use crate::{
