@@ -385,6 +385,13 @@ async fn encryption_agent_volume_key_change_keeps_the_data_and_survives_a_crash_
     write_synced(&v.device, &data)?;
     let first = zfs_get(&ds, PROPERTY)?;
     let first_key = kek.open(&first)?;
+    // A second one not exported, its key not loaded, as a reboot leaves
+    // a volume no node uses.
+    let idle = b.encrypted_zvol(NVME, 16 << 20).await?;
+    b.unexport(&idle).await?;
+    let idle_ds = b.dataset(&idle.id);
+    unload_zfs_key(&idle_ds)?;
+    let idle_first = zfs_get(&idle_ds, PROPERTY)?;
     let reads_back = |what: &str| -> Result<()> {
         let mut read = vec![0u8; data.len()];
         std::io::Read::read_exact(&mut fs::File::open(&v.device)?, &mut read)?;
@@ -418,6 +425,20 @@ async fn encryption_agent_volume_key_change_keeps_the_data_and_survives_a_crash_
         "the old key still opens the zvol"
     );
     reads_back("after the change")?;
+    let idle_second = zfs_get(&idle_ds, PROPERTY)?;
+    assert_ne!(
+        idle_second, idle_first,
+        "the idle volume's key was not changed"
+    );
+    assert_eq!(
+        zfs_get(&idle_ds, "keystatus")?,
+        "unavailable",
+        "the idle volume's key was left loaded"
+    );
+    zfs.check_key(
+        &sys::zfs::DatasetName::new(&idle_ds)?,
+        &kek.open(&idle_second)?,
+    )?;
     println!("key change: the new key opens the zvol, the old one does not, the data is unchanged");
 
     // Interrupted after its first step (the new key sealed aside, the key
@@ -480,6 +501,7 @@ async fn encryption_agent_volume_key_change_keeps_the_data_and_survives_a_crash_
         }
     }
     b.delete(&v).await?;
+    b.delete(&idle).await?;
     Ok(())
 }
 

@@ -54,7 +54,25 @@ impl ZfsBackend {
         {
             return Ok(false);
         }
+        let was_loaded = self.zfs.key_status(name)? == sys::zfs::KeyStatus::Available;
         self.ensure_key(name)?;
+        let changed = self.change_loaded_key(name, keks);
+        if !was_loaded {
+            // As it was found: a volume not in use keeps no key loaded.
+            if let Err(e) = self.zfs.unload_key(name) {
+                tracing::warn!(volume = %name, error = %e, "the key loaded for its change could not be unloaded");
+            }
+        }
+        changed
+    }
+
+    /// The three writes of a change of the loaded key of `name` (after
+    /// settling an interrupted one).
+    fn change_loaded_key(
+        &self,
+        name: &DatasetName,
+        keks: &sealed_key::Keks,
+    ) -> Result<bool, AgentError> {
         self.settle_key_change(name)?;
         let sealing = |e: sealed_key::SealError| AgentError::Internal(format!("zvol {name}: {e}"));
         let key = sealed_key::Kek::new_volume_key().map_err(sealing)?;
