@@ -12,6 +12,9 @@
 #                            pillar-csi-agent (token users named
 #                            system:serviceaccount:pillar-csi:<name>, so RBAC
 #                            bindings to those ServiceAccounts apply to them)
+#   kubeconfig-kubelet       a node's kubelet: user system:node:lab in group
+#                            system:nodes (the lab's kubelet test binds the
+#                            system:node ClusterRole to that group)
 #   env                      APISERVER=<url> and KUBECONFIG=<admin kubeconfig>
 # The namespace pillar-csi exists. Authorization is RBAC. Privileged pods are
 # allowed, as in kubeadm and kind clusters (the CSI node plugin and the agent are).
@@ -93,6 +96,9 @@ start() {
     echo "$token,system:serviceaccount:$NAMESPACE:$name,$name,\"system:serviceaccounts,system:serviceaccounts:$NAMESPACE,system:authenticated\"" >>"$dir/tokens.csv"
     kubeconfig "$dir/kubeconfig-$name" "$name" "$token" "$url"
   done
+  token=$(openssl rand -hex 16)
+  echo "$token,system:node:lab,kubelet,system:nodes" >>"$dir/tokens.csv"
+  kubeconfig "$dir/kubeconfig-kubelet" kubelet "$token" "$url"
   chmod 600 "$dir"/tokens.csv "$dir"/kubeconfig* "$dir"/*.key
 
   # etcd's data in memory when /dev/shm takes it: on the disk, its fsyncs

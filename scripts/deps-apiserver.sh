@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the real Kubernetes control plane the controller's, the chart's
 # and the claim lab's tests run against (see ../shared/lab.md, "A real
-# Kubernetes API server"): etcd and kubectl from Debian, kube-apiserver and
-# kube-controller-manager 1.20 built offline from Debian's source package.
-# The build (~7 minutes on 2 cores for the API server, a few more for the
-# controller manager) is cached under $CACHE; a second run only checks and
-# returns.
+# Kubernetes API server"): etcd and kubectl from Debian, kube-apiserver,
+# kube-controller-manager, kube-scheduler and kubelet 1.20 built offline from
+# Debian's source package (which ships only kubectl as a binary). The build
+# (~7 minutes on 2 cores for the API server, a few more for each other
+# component) is cached under $CACHE; a second run only checks and returns.
+# kubelet is built with cgo (1.20's hack/lib/golang.sh does not list it as
+# static), linked to the host's glibc, which the lab guest shares.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -14,7 +16,7 @@ SUDO=""
 
 CACHE=${PILLAR_CACHE:-/var/cache/pillar-csi}
 VERSION=1.20.2
-COMPONENTS=(kube-apiserver kube-controller-manager)
+COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
 PKGS=(etcd-server golang-1.19-go rsync golang-github-modern-go-reflect2-dev dpkg-dev)
 # kubectl: Debian's (the server's release) unless the machine has one already
 # (a newer kubectl from another package owns /usr/bin/kubectl on some images).
@@ -71,7 +73,7 @@ for c in "${COMPONENTS[@]}"; do
   [ -x "/usr/local/bin/$c" ] && cmp -s "$CACHE/$c-$VERSION" "/usr/local/bin/$c" \
     || $SUDO install -m 0755 "$CACHE/$c-$VERSION" "/usr/local/bin/$c"
 done
-command -v etcd >/dev/null && command -v kubectl >/dev/null && command -v kube-apiserver >/dev/null \
-  && command -v kube-controller-manager >/dev/null \
-  || { echo "deps-apiserver: etcd, kubectl, kube-apiserver or kube-controller-manager missing after install" >&2; exit 1; }
-echo "deps-apiserver: ready ($(kube-apiserver --version), kube-controller-manager $(kube-controller-manager --version | awk '{print $2}'))"
+for b in etcd kubectl "${COMPONENTS[@]}"; do
+  command -v "$b" >/dev/null || { echo "deps-apiserver: $b missing after install" >&2; exit 1; }
+done
+echo "deps-apiserver: ready ($(for c in "${COMPONENTS[@]}"; do printf '%s %s ' "$c" "$("$c" --version | awk '{print $2}')"; done))"

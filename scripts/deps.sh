@@ -10,7 +10,8 @@ SUDO=""
 BACKPORTS_PKGS=(linux-image-amd64 linux-headers-amd64 zfs-dkms zfsutils-linux libzfslinux-dev qemu-system-x86)
 MAIN_PKGS=(busybox-static lvm2 liblvm2-dev thin-provisioning-tools nvme-cli open-iscsi
   python3-rtslib-fb targetcli-fb xfsprogs e2fsprogs clang libclang-dev libudev-dev libblkid-dev
-  pkg-config protobuf-compiler libprotobuf-dev openssl udev kmod iproute2 dmsetup)
+  pkg-config protobuf-compiler libprotobuf-dev openssl udev kmod iproute2 dmsetup
+  containerd runc containernetworking-plugins)
 
 missing() {
   local p out=()

@@ -232,10 +232,35 @@ impl ControllerManager {
     /// Starts it with the controllers a CSI volume's life needs, writing its
     /// log into `dir`, and waits (bounded) until it says they started.
     pub async fn start(server: &ApiServer, dir: &Path) -> Result<Self> {
+        Self::start_with(server, dir, CONTROLLERS, &[]).await
+    }
+
+    /// [`ControllerManager::start`] for a cluster with a real kubelet: the
+    /// node lifecycle controller too, which lifts the `not-ready` taint a
+    /// new Node is admitted with once its kubelet reports Ready. Its
+    /// evictions are off (`--enable-taint-manager=false`, and a NotReady
+    /// grace longer than a test): a kubelet under the lab's emulated CPU
+    /// can be late with its status without the test's Pods being evicted.
+    pub async fn start_for_kubelet(server: &ApiServer, dir: &Path) -> Result<Self> {
+        let controllers = format!("{CONTROLLERS},nodelifecycle");
+        let flags = [
+            "--enable-taint-manager=false",
+            "--node-monitor-grace-period=5m",
+            "--pod-eviction-timeout=30m",
+        ];
+        Self::start_with(server, dir, &controllers, &flags).await
+    }
+
+    async fn start_with(
+        server: &ApiServer,
+        dir: &Path,
+        controllers: &str,
+        flags: &[&str],
+    ) -> Result<Self> {
         let program = which("kube-controller-manager")?;
-        let args: Vec<OsString> = vec![
+        let mut args: Vec<OsString> = vec![
             format!("--kubeconfig={}", server.kubeconfig().display()).into(),
-            format!("--controllers={CONTROLLERS}").into(),
+            format!("--controllers={controllers}").into(),
             "--leader-elect=false".into(),
             "--use-service-account-credentials=false".into(),
             "--port=0".into(),
@@ -245,6 +270,7 @@ impl ControllerManager {
             "--attach-detach-reconcile-sync-period=5s".into(),
             "--v=2".into(),
         ];
+        args.extend(flags.iter().map(OsString::from));
         let mut kcm = Component::spawn(
             "kube-controller-manager",
             &program,
@@ -264,6 +290,28 @@ impl ControllerManager {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         Ok(Self(kcm))
+    }
+}
+
+/// kube-scheduler, against `server` as its admin (no leader election, no
+/// insecure port), logging into `dir`.
+pub struct Scheduler(pub Component);
+
+impl Scheduler {
+    /// Starts it; it schedules once it has listed the cluster's objects.
+    pub fn start(server: &ApiServer, dir: &Path) -> Result<Self> {
+        let args: Vec<OsString> = vec![
+            format!("--kubeconfig={}", server.kubeconfig().display()).into(),
+            "--leader-elect=false".into(),
+            "--port=0".into(),
+            "--v=2".into(),
+        ];
+        Ok(Self(Component::spawn(
+            "kube-scheduler",
+            &which("kube-scheduler")?,
+            &args,
+            &dir.join("k8s.kube-scheduler.log"),
+        )?))
     }
 }
 

@@ -10,7 +10,8 @@ use crate::{
     claim_bed::ClaimBed,
     claim_requests::capability,
     csi::csi_pb as pb,
-    k8s::{tail, ControllerManager, Sidecars, SnapshotController, SIDECARS},
+    k8s::{tail, ControllerManager, Scheduler, Sidecars, SnapshotController, SIDECARS},
+    kubelet::Kubelet,
     Result,
 };
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -43,6 +44,8 @@ pub struct Cluster<'a> {
     pub node_name: String,
     /// The user's view: the admin's client.
     pub admin: kube::Client,
+    /// kube-scheduler and the real kubelet, first to stop when dropped.
+    kubelet: Option<(Scheduler, Kubelet)>,
     kcm: ControllerManager,
     snapshots: SnapshotController,
     sidecars: Option<Sidecars>,
@@ -61,22 +64,12 @@ pub struct Mounted {
 
 impl<'a> Cluster<'a> {
     /// Starts kube-controller-manager, the snapshot-controller (after its
-    /// CRDs) and the sidecars on `bed`, registers the Node and its CSINode,
-    /// and waits for the namespace's default ServiceAccount (the API server
-    /// admits a Pod once kube-controller-manager made it).
+    /// CRDs) and the sidecars on `bed`, registers the Node and its CSINode
+    /// as kubelet and node-driver-registrar would (no kubelet runs), and
+    /// waits for the namespace's default ServiceAccount.
     pub async fn start(bed: &'a ClaimBed) -> Result<Self> {
         let kcm = ControllerManager::start(&bed.server, &bed.lab.work).await?;
-        let snapshots = SnapshotController::start(&bed.server, &bed.lab.work).await?;
-        let sidecars = Sidecars::start(bed).await?;
-        let node_name = bed.node_id.split('/').next().unwrap_or_default().to_owned();
-        let cluster = Self {
-            bed,
-            node_name,
-            admin: bed.admin.clone(),
-            kcm,
-            snapshots,
-            sidecars: Some(sidecars),
-        };
+        let cluster = Self::around(bed, kcm, None).await?;
         let node: Node = from(json!({
             "metadata": {"name": cluster.node_name,
                 "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
@@ -93,14 +86,93 @@ impl<'a> Cluster<'a> {
             .api::<CSINode>()
             .create(&PostParams::default(), &csinode)
             .await?;
-        let accounts: Api<ServiceAccount> = cluster.namespaced();
+        cluster.default_service_account().await?;
+        Ok(cluster)
+    }
+
+    /// Starts the cluster with a real kubelet and kube-scheduler: the
+    /// components of [`Cluster::start`] (kube-controller-manager with its
+    /// node lifecycle controller too), kube-scheduler, and kubelet with
+    /// containerd in the guest ([`Kubelet`]), which registers the Node
+    /// itself; once it is Ready, the node plugin is registered with
+    /// kubelet, which writes the CSINode from the plugin's NodeGetInfo.
+    pub async fn start_with_kubelet(bed: &'a ClaimBed) -> Result<Self> {
+        let kcm = ControllerManager::start_for_kubelet(&bed.server, &bed.lab.work).await?;
+        let scheduler = Scheduler::start(&bed.server, &bed.lab.work)?;
+        let kubelet = Kubelet::start(&bed.server, &bed.admin, &bed.plugin.node_name).await?;
+        let mut cluster = Self::around(bed, kcm, Some((scheduler, kubelet))).await?;
+        let nodes = cluster.api::<Node>();
+        let name = cluster.node_name.clone();
         cluster
-            .until("ServiceAccount default", || {
-                let accounts = accounts.clone();
-                async move { Ok(accounts.get_opt("default").await?.map(|_| ())) }
+            .until(&format!("Node {name} Ready and untainted"), || {
+                let (nodes, name) = (nodes.clone(), name.clone());
+                async move {
+                    Ok(nodes
+                        .get_opt(&name)
+                        .await?
+                        .filter(ready_and_untainted)
+                        .map(|_| ()))
+                }
             })
             .await?;
+        if let Some((_, kubelet)) = cluster.kubelet.as_mut() {
+            kubelet.register(bed)?;
+        }
+        let csinodes = cluster.api::<CSINode>();
+        let node_id = cluster
+            .until(&format!("CSINode {name} with {DRIVER}"), || {
+                let (csinodes, name) = (csinodes.clone(), name.clone());
+                async move {
+                    let csinode = csinodes.get_opt(&name).await?;
+                    let drivers = csinode.map(|c| c.spec.drivers).unwrap_or_default();
+                    Ok(drivers
+                        .into_iter()
+                        .find(|d| d.name == DRIVER)
+                        .map(|d| d.node_id))
+                }
+            })
+            .await?;
+        assert_eq!(
+            node_id, bed.node_id,
+            "kubelet wrote the node ID the plugin's NodeGetInfo gives"
+        );
+        cluster.default_service_account().await?;
         Ok(cluster)
+    }
+
+    async fn around(
+        bed: &'a ClaimBed,
+        kcm: ControllerManager,
+        kubelet: Option<(Scheduler, Kubelet)>,
+    ) -> Result<Self> {
+        let snapshots = SnapshotController::start(&bed.server, &bed.lab.work).await?;
+        let sidecars = Sidecars::start(bed).await?;
+        let node_name = bed.node_id.split('/').next().unwrap_or_default().to_owned();
+        Ok(Self {
+            bed,
+            node_name,
+            admin: bed.admin.clone(),
+            kubelet,
+            kcm,
+            snapshots,
+            sidecars: Some(sidecars),
+        })
+    }
+
+    /// Waits for the namespace's default ServiceAccount: the API server
+    /// admits a Pod once kube-controller-manager made it.
+    async fn default_service_account(&self) -> Result<()> {
+        let accounts: Api<ServiceAccount> = self.namespaced();
+        self.until("ServiceAccount default", || {
+            let accounts = accounts.clone();
+            async move { Ok(accounts.get_opt("default").await?.map(|_| ())) }
+        })
+        .await
+    }
+
+    /// The real kubelet, when the cluster was started with one.
+    pub fn kubelet(&self) -> Option<&Kubelet> {
+        self.kubelet.as_ref().map(|(_, k)| k)
     }
 
     /// The cluster-wide API of `K`.
@@ -148,6 +220,13 @@ impl<'a> Cluster<'a> {
             "==== kube-controller-manager ====\n{}",
             tail(&self.kcm.0.log(), 30)
         ));
+        if let Some((scheduler, kubelet)) = &self.kubelet {
+            parts.push(format!(
+                "==== kube-scheduler ====\n{}\n{}",
+                tail(&scheduler.0.log(), 15),
+                kubelet.logs()
+            ));
+        }
         parts.push(format!("==== driver ====\n{}", tail(&self.bed.logs(), 30)));
         parts.join("\n")
     }
@@ -417,6 +496,8 @@ impl<'a> Cluster<'a> {
     /// containers stop (SIGTERM, then a grace period); the other
     /// components stop when the cluster is dropped.
     pub async fn stop(mut self) -> Result<()> {
+        // kubelet first: its registrar's socket goes, and it unregisters.
+        self.kubelet.take();
         self.api::<Node>()
             .delete(&self.node_name, &DeleteParams::default())
             .await?;
@@ -428,6 +509,18 @@ impl<'a> Cluster<'a> {
         }
         Ok(())
     }
+}
+
+/// Whether `node` reports Ready and carries no NoSchedule taint (the
+/// `not-ready` one it is admitted with goes once the node lifecycle
+/// controller saw it Ready).
+fn ready_and_untainted(node: &Node) -> bool {
+    let status = node.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_ref());
+    ready && taints.is_none_or(|ts| ts.iter().all(|t| t.effect != "NoSchedule"))
 }
 
 /// `v` as a `T`.

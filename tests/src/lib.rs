@@ -30,6 +30,7 @@ pub mod guides;
 pub mod iscsi;
 pub mod k8s;
 pub mod k8s_cluster;
+pub mod kubelet;
 pub mod metrics;
 pub mod mount;
 pub mod node_bed;
