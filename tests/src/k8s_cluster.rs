@@ -1,11 +1,14 @@
 //! A small cluster around a [`ClaimBed`] for the claim tests that go
 //! through the real Kubernetes components: kube-controller-manager, the
 //! snapshot-controller and the controller pod's four CSI sidecars
-//! ([`crate::k8s`]), one Node registered as kubelet and
-//! node-driver-registrar would register it, and the two parts a test
-//! plays: the user (claims, Pods, snapshots) and kubelet, which cannot run
-//! here (it stages and publishes from the VolumeAttachment the real
-//! attacher filled, and reports the volumes in use in the Node's status).
+//! ([`crate::k8s`]), and the node half either real or played. With
+//! [`Cluster::start_with_kubelet`], kube-scheduler and a real kubelet with
+//! containerd ([`Kubelet`]) run, kubelet registers the Node and the node
+//! plugin, and the test plays only the user. With [`Cluster::start`], the
+//! test registers the Node and its CSINode as kubelet and
+//! node-driver-registrar would, and plays kubelet too (it stages and
+//! publishes from the VolumeAttachment the real attacher filled, and
+//! reports the volumes in use in the Node's status).
 use crate::{
     claim_bed::ClaimBed,
     claim_requests::capability,

@@ -32,7 +32,7 @@ const PLUGINS_REGISTRY: &str = "/var/lib/kubelet/plugins_registry";
 pub struct Kubelet {
     /// The Node's name (`--hostname-override`).
     pub node_name: String,
-    /// The folder of their logs (`kubelet.log`, `containerd.log`).
+    /// The folder of their logs (`kubelet.log`, `containerd.log`), `k8s.kubelet` in the lab's work folder.
     pub dir: PathBuf,
     registrar: Option<Component>,
 }
@@ -70,7 +70,7 @@ impl Kubelet {
         let dir = std::env::var_os("PILLAR_LAB_WORK")
             .map(PathBuf::from)
             .ok_or("PILLAR_LAB_WORK is not set: this needs the kernel lab")?
-            .join("kubelet");
+            .join("k8s.kubelet");
         let out = Command::new("bash")
             .arg(script())
             .arg("start")

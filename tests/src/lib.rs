@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod mount;
 pub mod node_bed;
 pub mod nvme;
+pub mod pod_life;
 pub mod sanity;
 pub mod tls;
 
