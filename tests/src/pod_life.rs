@@ -29,12 +29,17 @@ use std::{fs, path::PathBuf, time::Instant};
 
 /// The lives the claim test and the demo run: a zvol over NVMe/TCP (ext4)
 /// and a thin LV over iSCSI (xfs, whose mkfs refuses less than 300 MB).
+/// Their claims' names start with [`PREFIX`].
 pub fn lives(objects: &Objects) -> [(&Class, &'static str, u64); 2] {
     [
-        (&objects.zvol_nvme, "zvol", 64),
-        (&objects.lv_iscsi, "lv", 320),
+        (&objects.zvol_nvme, "pods-zvol", 64),
+        (&objects.lv_iscsi, "pods-lv", 320),
     ]
 }
+
+/// The start of the names of the lives' claims and Pods, which tells
+/// their events from those other tests left in the namespace.
+pub const PREFIX: &str = "pods-";
 
 /// The writer's script: 4 MiB of random data and its checksum on the
 /// volume, flushed, then it waits to be stopped.
@@ -75,7 +80,7 @@ pub async fn pod_life(
 ) -> Result<Timings> {
     let bed = cluster.bed;
     let mut t = Timings::default();
-    let mut seen = 0;
+    let mut seen = print_events(cluster, usize::MAX).await?;
     println!(
         "\n 1. [user] PVC {claim} ({mib} MiB) of StorageClass {}",
         class.storage_class
@@ -238,7 +243,8 @@ pub async fn pod_life(
 }
 
 /// Prints the namespace's events after the first `seen` (by creation) and
-/// returns how many there are now.
+/// returns how many there are now (`usize::MAX` prints none: the count at
+/// the start of a life).
 async fn print_events(cluster: &Cluster<'_>, seen: usize) -> Result<usize> {
     let mut events = cluster
         .namespaced::<Event>()
@@ -261,13 +267,21 @@ async fn print_events(cluster: &Cluster<'_>, seen: usize) -> Result<usize> {
     Ok(events.len())
 }
 
-/// The reasons of the namespace's events.
+/// The reasons of the events about the lives' claims and Pods.
 pub async fn event_reasons(cluster: &Cluster<'_>) -> Result<Vec<String>> {
     let events = cluster
         .namespaced::<Event>()
         .list(&ListParams::default())
         .await?;
-    Ok(events.items.into_iter().filter_map(|e| e.reason).collect())
+    Ok(events
+        .items
+        .into_iter()
+        .filter(|e| {
+            let name = e.involved_object.name.as_deref().unwrap_or_default();
+            name.starts_with(PREFIX)
+        })
+        .filter_map(|e| e.reason)
+        .collect())
 }
 
 /// A Pod `name` running `script` in the lab's busybox image, the claim
