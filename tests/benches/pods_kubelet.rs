@@ -20,14 +20,10 @@
 //! little; the ratio is the result (also written to
 //! `pods-kubelet-bench.txt`).
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use pillar_csi_lab::{
-    claim_bed::ClaimBed,
-    k8s_cluster::{from, Cluster},
-    metrics::clocks,
-    Result,
+    claim_bed::ClaimBed, k8s_cluster::Cluster, metrics::clocks, pod_life::pod, Result,
 };
-use serde_json::json;
 use std::time::{Duration, Instant};
 
 const VOLUMES: usize = 20;
@@ -50,21 +46,13 @@ const LIMIT: Duration = Duration::from_secs(1500);
 async fn claim_and_pod(cluster: &Cluster<'_>, name: &str) -> Result<()> {
     let class = &cluster.bed.objects.zvol_nvme.storage_class;
     cluster.claim(name, class, "64Mi", None).await?;
-    let pod: Pod = from(json!({
-        "metadata": {"name": name},
-        "spec": {"automountServiceAccountToken": false, "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 5,
-            "containers": [{"name": "c", "image": "localhost/busybox:lab",
-                "imagePullPolicy": "Never",
-                "command": ["/bin/sh", "-c", "trap 'exit 0' TERM; sleep 2147483647 & wait"],
-                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": name}}]},
-    }))?;
-    cluster
-        .namespaced::<Pod>()
-        .create(&PostParams::default(), &pod)
-        .await?;
-    Ok(())
+    pod(
+        cluster,
+        name,
+        name,
+        "trap 'exit 0' TERM; sleep 2147483647 & wait",
+    )
+    .await
 }
 
 /// Waits until every Pod named in `names` is Running.

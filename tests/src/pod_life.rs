@@ -287,7 +287,7 @@ pub async fn event_reasons(cluster: &Cluster<'_>) -> Result<Vec<String>> {
 /// A Pod `name` running `script` in the lab's busybox image, the claim
 /// `claim` at `/data`, with no node named (kube-scheduler places it) and
 /// no restarts.
-async fn pod(cluster: &Cluster<'_>, name: &str, claim: &str, script: &str) -> Result<()> {
+pub async fn pod(cluster: &Cluster<'_>, name: &str, claim: &str, script: &str) -> Result<()> {
     let pod: Pod = from(json!({
         "metadata": {"name": name},
         "spec": {"automountServiceAccountToken": false, "restartPolicy": "Never",
