@@ -18,6 +18,12 @@
 #   env                      APISERVER=<url> and KUBECONFIG=<admin kubeconfig>
 # The namespace pillar-csi exists. Authorization is RBAC. Privileged pods are
 # allowed, as in kubeadm and kind clusters (the CSI node plugin and the agent are).
+#
+# PILLAR_APISERVER_ADVERTISE=IP: the address Pods reach the server at (the
+# `kubernetes` Service's endpoint; the lab's guest reaches the host at
+# 10.0.2.2). The serving certificate then names it and the Service's
+# cluster IP 10.96.0.1, which in-cluster clients dial through kube-proxy.
+# The server still listens on 127.0.0.1 only.
 set -euo pipefail
 
 ACCOUNTS=(pillar-csi-controller pillar-csi-node pillar-csi-agent)
@@ -81,8 +87,10 @@ start() {
   read -r etcd_client etcd_peer secure < <(free_ports 3)
   local url="https://127.0.0.1:$secure"
 
+  local advertise=${PILLAR_APISERVER_ADVERTISE:-127.0.0.1} sans=IP:127.0.0.1,DNS:localhost
+  [ "$advertise" = 127.0.0.1 ] || sans+=",IP:$advertise,IP:10.96.0.1,DNS:kubernetes.default.svc"
   openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=kube-apiserver \
-    -addext subjectAltName=IP:127.0.0.1,DNS:localhost \
+    -addext "subjectAltName=$sans" \
     -keyout "$dir/serving.key" -out "$dir/serving.crt" 2>/dev/null
   openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
   openssl rsa -in "$dir/sa.key" -pubout -out "$dir/sa.pub" 2>/dev/null
@@ -115,7 +123,7 @@ start() {
     --initial-cluster "lab=http://127.0.0.1:$etcd_peer" >"$dir/etcd.log" 2>&1 &
   echo $! >"$dir/etcd.pid"
   kube-apiserver --etcd-servers "http://127.0.0.1:$etcd_client" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$secure" \
+    --bind-address 127.0.0.1 --advertise-address "$advertise" --secure-port "$secure" \
     --tls-cert-file "$dir/serving.crt" --tls-private-key-file "$dir/serving.key" \
     --service-account-key-file "$dir/sa.pub" --service-account-signing-key-file "$dir/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --token-auth-file "$dir/tokens.csv" \

@@ -16,7 +16,7 @@ SUDO=""
 
 CACHE=${PILLAR_CACHE:-/var/cache/pillar-csi}
 VERSION=1.20.2
-COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 PKGS=(etcd-server golang-1.19-go rsync golang-github-modern-go-reflect2-dev dpkg-dev)
 # kubectl: Debian's (the server's release) unless the machine has one already
 # (a newer kubectl from another package owns /usr/bin/kubectl on some images).

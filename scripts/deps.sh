@@ -11,7 +11,7 @@ BACKPORTS_PKGS=(linux-image-amd64 linux-headers-amd64 zfs-dkms zfsutils-linux li
 MAIN_PKGS=(busybox-static lvm2 liblvm2-dev thin-provisioning-tools nvme-cli open-iscsi
   python3-rtslib-fb targetcli-fb xfsprogs e2fsprogs clang libclang-dev libudev-dev libblkid-dev
   pkg-config protobuf-compiler libprotobuf-dev openssl udev kmod iproute2 dmsetup
-  containerd runc containernetworking-plugins)
+  containerd runc containernetworking-plugins iptables conntrack debootstrap)
 
 missing() {
   local p out=()
@@ -137,6 +137,13 @@ if ! go version -m "$gobin/csc" 2>/dev/null | grep -q 'rexray/gocsi[[:space:]]*v
   (cd "$(dirname "$0")/csc" && GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" \
     go build -o "$gobin/csc" github.com/rexray/gocsi/csc)
 fi
+# Helm v4.3.2, the CLI an operator installs the chart with: the lab installs
+# the chart with it on the cluster whose kubelet runs the driver's images
+# (tests/tests/claim_chart_lab.rs). Same cache folder.
+if ! go version -m "$gobin/helm" 2>/dev/null | grep -q 'helm.sh/helm/v4[[:space:]]*v4.3.2'; then
+  mkdir -p "$gobin"
+  GOTOOLCHAIN=local GOBIN="$gobin" go install helm.sh/helm/v4/cmd/helm@v4.3.2
+fi
 # `make fuzz`: cargo-fuzz, with the nightly toolchain the machine's rustup
 # carries (installed through rustup when it is missing).
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -151,4 +158,6 @@ fi
 # the chart deploys (tests/tests/claim_k8s_lab.rs).
 bash "$(dirname "$0")/deps-apiserver.sh"
 bash "$(dirname "$0")/deps-sidecars.sh"
+# The Debian base of the lab's container images (the chart's install).
+python3 "$(dirname "$0")/deps-image-base.py"
 echo "deps: ready (kernel $(ls /lib/modules | sort -V | tail -n1))"

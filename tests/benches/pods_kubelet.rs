@@ -44,7 +44,7 @@ const LIMIT: Duration = Duration::from_secs(1500);
 /// Claim `name` of the bed's zvol class and a Pod `name` that mounts it
 /// and waits.
 async fn claim_and_pod(cluster: &Cluster<'_>, name: &str) -> Result<()> {
-    let class = &cluster.bed.objects.zvol_nvme.storage_class;
+    let class = &cluster.bed().objects.zvol_nvme.storage_class;
     cluster.claim(name, class, "64Mi", None).await?;
     pod(
         cluster,
@@ -167,7 +167,7 @@ impl Round {
 /// Makes 20 claims with a Pod each Running, `at_once` or one at a time,
 /// then removes them.
 async fn round(cluster: &Cluster<'_>, tag: &str, at_once: bool) -> Result<Round> {
-    let bed = cluster.bed;
+    let bed = cluster.bed();
     let names: Vec<String> = (0..VOLUMES).map(|i| format!("{tag}-{i}")).collect();
     let (controller_before, agent_before) =
         clocks(bed.controller_metrics, &CONTROLLER_RPCS, &AGENT_RPCS).await?;

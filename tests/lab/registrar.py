@@ -1,21 +1,30 @@
 """The registration half of node-driver-registrar, for the lab's kubelet.
 
-    registrar.py DRIVER ENDPOINT REGISTRATION_SOCKET
+    registrar.py --csi-address=SOCKET --kubelet-registration-path=PATH
+                 [--plugin-registration-path=DIR]
 
-node-driver-registrar cannot be built here (the Go module proxy serves no
-version of github.com/kubernetes-csi/node-driver-registrar), so this plays
-the part of it that kubelet talks to: it serves kubelet's plugin
-registration API (package `pluginregistration`, service `Registration`,
-kubelet 1.20's pkg/kubelet/apis/pluginregistration/v1/api.proto) on
-REGISTRATION_SOCKET, which kubelet finds under its plugins_registry folder.
-kubelet calls GetInfo, then itself calls the driver's NodeGetInfo on
-ENDPOINT, writes the CSINode and the Node's annotation, and reports the
+The flags are node-driver-registrar's own (the chart passes them), and so is
+what it does with them, as far as kubelet sees: it asks the driver on
+--csi-address for its name (GetPluginInfo, waiting until the driver
+answers), then serves kubelet's plugin registration API (package
+`pluginregistration`, service `Registration`, kubelet 1.20's
+pkg/kubelet/apis/pluginregistration/v1/api.proto) on
+DIR/<driver>-reg.sock (DIR defaults to /registration, the chart's mount of
+kubelet's plugins_registry folder). kubelet calls GetInfo, which answers
+with PATH as the endpoint; kubelet then calls the driver's NodeGetInfo
+itself, writes the CSINode and the Node's annotation, and reports the
 outcome with NotifyRegistrationStatus, which this prints. Removing the
 socket (on SIGTERM) unregisters the driver.
 
+node-driver-registrar itself cannot be built here: the Go module proxy
+serves no version of github.com/kubernetes-csi/node-driver-registrar. The
+lab runs this script from the host (tests/src/kubelet.rs) and, for the
+chart's install, in an image of its own (tests/lab/mkimage.py).
+
 The messages are encoded by hand (no generated code): PluginInfo is
 {1 type, 2 name, 3 endpoint, 4 repeated supported_versions}, all strings;
-RegistrationStatus is {1 bool plugin_registered, 2 string error}.
+RegistrationStatus is {1 bool plugin_registered, 2 string error};
+GetPluginInfoResponse's field 1 is the driver's name.
 """
 import os
 import signal
@@ -53,8 +62,38 @@ def decode(data):
     return fields
 
 
+def flags(argv, names):
+    """--name=value flags; every name in `names` is required unless it has
+    a default there."""
+    values = dict(names)
+    for arg in argv:
+        name, sep, value = arg.partition("=")
+        if not sep or not name.startswith("--") or name[2:] not in values:
+            sys.exit(f"{sys.argv[0]}: unknown argument {arg!r} (flags: {', '.join(values)})")
+        values[name[2:]] = value
+    missing = [n for n, v in values.items() if v is None]
+    if missing:
+        sys.exit(f"{sys.argv[0]}: missing --{', --'.join(missing)}")
+    return values
+
+
+def driver_name(csi_address):
+    """GetPluginInfo's name, waiting (as node-driver-registrar does) until
+    the driver's socket answers."""
+    channel = grpc.insecure_channel("unix:" + csi_address)
+    call = channel.unary_unary("/csi.v1.Identity/GetPluginInfo",
+                               request_serializer=bytes, response_deserializer=bytes)
+    reply = decode(call(b"", wait_for_ready=True, timeout=600))
+    channel.close()
+    return reply[1]
+
+
 def main():
-    driver, endpoint, sock = sys.argv[1:4]
+    opts = flags(sys.argv[1:], {"csi-address": None, "kubelet-registration-path": None,
+                                "plugin-registration-path": "/registration"})
+    driver = driver_name(opts["csi-address"])
+    endpoint = opts["kubelet-registration-path"]
+    sock = os.path.join(opts["plugin-registration-path"], driver + "-reg.sock")
 
     def get_info(_request, _context):
         print(f"registrar: GetInfo from kubelet", flush=True)

@@ -251,6 +251,31 @@ impl ControllerManager {
         Self::start_with(server, dir, &controllers, &flags).await
     }
 
+    /// [`ControllerManager::start_for_kubelet`] for the chart's install:
+    /// the workload controllers (Deployment, ReplicaSet, DaemonSet), the
+    /// garbage collector (`helm uninstall` leaves the Pods to it) and the
+    /// ServiceAccount token controller, which signs the controller Pod's
+    /// token with the server's key and gives it the server's certificate.
+    pub async fn start_for_chart(server: &ApiServer, dir: &Path) -> Result<Self> {
+        let controllers = format!(
+            "{CONTROLLERS},nodelifecycle,deployment,replicaset,daemonset,garbagecollector,\
+             serviceaccount-token"
+        );
+        let key = format!(
+            "--service-account-private-key-file={}",
+            server.dir().join("sa.key").display()
+        );
+        let ca = format!("--root-ca-file={}", server.dir().join("serving.crt").display());
+        let flags = [
+            "--enable-taint-manager=false",
+            "--node-monitor-grace-period=5m",
+            "--pod-eviction-timeout=30m",
+            &key,
+            &ca,
+        ];
+        Self::start_with(server, dir, &controllers, &flags).await
+    }
+
     async fn start_with(
         server: &ApiServer,
         dir: &Path,
@@ -312,6 +337,49 @@ impl Scheduler {
             &args,
             &dir.join("k8s.kube-scheduler.log"),
         )?))
+    }
+}
+
+/// kube-proxy in iptables mode, against `server` as its admin: it routes
+/// Pods' connections to Services' cluster IPs (the chart's controller
+/// reaches the API server at the `kubernetes` Service), masquerading them
+/// all (the lab's user-mode network knows only the guest's address).
+/// Dropping it stops it and removes its iptables chains (`--cleanup`): the
+/// lab's later tests share the guest.
+pub struct KubeProxy(pub Component);
+
+impl KubeProxy {
+    /// Starts it for Node `node`, logging into `dir`.
+    pub fn start(server: &ApiServer, dir: &Path, node: &str) -> Result<Self> {
+        let args: Vec<OsString> = vec![
+            format!("--kubeconfig={}", server.kubeconfig().display()).into(),
+            format!("--hostname-override={node}").into(),
+            "--proxy-mode=iptables".into(),
+            "--masquerade-all".into(),
+            "--cluster-cidr=10.244.0.0/24".into(),
+            // No conntrack table resize: the guest's defaults serve.
+            "--conntrack-max-per-core=0".into(),
+            "--v=2".into(),
+        ];
+        Ok(Self(Component::spawn(
+            "kube-proxy",
+            &which("kube-proxy")?,
+            &args,
+            &dir.join("k8s.kube-proxy.log"),
+        )?))
+    }
+}
+
+impl Drop for KubeProxy {
+    fn drop(&mut self) {
+        self.0.stop();
+        if let Ok(program) = which("kube-proxy") {
+            let _ = std::process::Command::new(program)
+                .arg("--cleanup")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
     }
 }
 

@@ -13,7 +13,8 @@ use crate::{
     claim_bed::ClaimBed,
     claim_requests::capability,
     csi::csi_pb as pb,
-    k8s::{tail, ControllerManager, Scheduler, Sidecars, SnapshotController, SIDECARS},
+    apiserver::ApiServer,
+    k8s::{tail, ControllerManager, KubeProxy, Scheduler, Sidecars, SnapshotController, SIDECARS},
     kubelet::Kubelet,
     Result,
 };
@@ -39,16 +40,24 @@ pub const NAMESPACE: &str = "default";
 /// How long one step of the real components may take under the lab's CPU.
 pub const STEP: Duration = Duration::from_secs(240);
 
-/// The bed's cluster: its components run until it is dropped.
+/// The bed's cluster, or the chart's ([`Cluster::start_for_chart`]): its
+/// components run until it is dropped.
 pub struct Cluster<'a> {
-    /// The storage side, the driver and the API server.
-    pub bed: &'a ClaimBed,
+    /// The storage side, the driver and the API server; none when the
+    /// chart runs the driver.
+    bed: Option<&'a ClaimBed>,
     /// The Node's name (the node ID's first part).
     pub node_name: String,
     /// The user's view: the admin's client.
     pub admin: kube::Client,
+    /// The ZFS dataset (`pool/parent`) under which the zvols are made.
+    pub parent: String,
+    /// Where the components' logs go.
+    work: PathBuf,
     /// kube-scheduler and the real kubelet, first to stop when dropped.
     kubelet: Option<(Scheduler, Kubelet)>,
+    /// kube-proxy, for the chart's Pods that reach the API server.
+    proxy: Option<KubeProxy>,
     kcm: ControllerManager,
     snapshots: SnapshotController,
     sidecars: Option<Sidecars>,
@@ -104,20 +113,8 @@ impl<'a> Cluster<'a> {
         let scheduler = Scheduler::start(&bed.server, &bed.lab.work)?;
         let kubelet = Kubelet::start(&bed.server, &bed.admin, &bed.plugin.node_name).await?;
         let mut cluster = Self::around(bed, kcm, Some((scheduler, kubelet))).await?;
-        let nodes = cluster.api::<Node>();
+        cluster.node_ready().await?;
         let name = cluster.node_name.clone();
-        cluster
-            .until(&format!("Node {name} Ready and untainted"), || {
-                let (nodes, name) = (nodes.clone(), name.clone());
-                async move {
-                    Ok(nodes
-                        .get_opt(&name)
-                        .await?
-                        .filter(ready_and_untainted)
-                        .map(|_| ()))
-                }
-            })
-            .await?;
         if let Some((_, kubelet)) = cluster.kubelet.as_mut() {
             kubelet.register(bed)?;
         }
@@ -152,14 +149,76 @@ impl<'a> Cluster<'a> {
         let sidecars = Sidecars::start(bed).await?;
         let node_name = bed.node_id.split('/').next().unwrap_or_default().to_owned();
         Ok(Self {
-            bed,
+            bed: Some(bed),
             node_name,
             admin: bed.admin.clone(),
+            parent: format!("{}/{}", bed.parent.pool, bed.parent.name),
+            work: bed.lab.work.clone(),
             kubelet,
+            proxy: None,
             kcm,
             snapshots,
             sidecars: Some(sidecars),
         })
+    }
+
+    /// The cluster the Helm chart is installed on: kube-controller-manager
+    /// ([`ControllerManager::start_for_chart`]), the snapshot-controller,
+    /// kube-scheduler, kube-proxy and kubelet with containerd for Node
+    /// `node_name`, with no driver yet: the chart's Pods are the driver
+    /// (its zvols under `parent`). Returns once the Node is Ready and
+    /// untainted and the namespace's default ServiceAccount exists.
+    pub async fn start_for_chart(
+        server: &ApiServer,
+        work: &std::path::Path,
+        node_name: &str,
+        parent: String,
+    ) -> Result<Self> {
+        let admin = server.client().await?;
+        let kcm = ControllerManager::start_for_chart(server, work).await?;
+        let snapshots = SnapshotController::start(server, work).await?;
+        let scheduler = Scheduler::start(server, work)?;
+        let proxy = KubeProxy::start(server, work, node_name)?;
+        let kubelet = Kubelet::start(server, &admin, node_name).await?;
+        let cluster = Self {
+            bed: None,
+            node_name: node_name.to_owned(),
+            admin,
+            parent,
+            work: work.to_owned(),
+            kubelet: Some((scheduler, kubelet)),
+            proxy: Some(proxy),
+            kcm,
+            snapshots,
+            sidecars: None,
+        };
+        cluster.node_ready().await?;
+        cluster.default_service_account().await?;
+        Ok(cluster)
+    }
+
+    /// The bed whose driver this cluster drives (its played kubelet's
+    /// node plugin); a chart cluster has none.
+    pub fn bed(&self) -> &'a ClaimBed {
+        self.bed
+            .expect("this cluster runs the chart's driver: it has no bed")
+    }
+
+    /// Waits until the Node is Ready and carries no NoSchedule taint.
+    async fn node_ready(&self) -> Result<()> {
+        let nodes = self.api::<Node>();
+        let name = self.node_name.clone();
+        self.until(&format!("Node {name} Ready and untainted"), || {
+            let (nodes, name) = (nodes.clone(), name.clone());
+            async move {
+                Ok(nodes
+                    .get_opt(&name)
+                    .await?
+                    .filter(ready_and_untainted)
+                    .map(|_| ()))
+            }
+        })
+        .await
     }
 
     /// Waits for the namespace's default ServiceAccount: the API server
@@ -210,7 +269,7 @@ impl<'a> Cluster<'a> {
     /// The tails of every component's log and the driver's.
     pub fn logs(&self) -> String {
         let sidecars = SIDECARS.iter().map(|n| {
-            let log = fs::read_to_string(self.bed.lab.work.join(format!("k8s.{n}.log")))
+            let log = fs::read_to_string(self.work.join(format!("k8s.{n}.log")))
                 .unwrap_or_default();
             format!("==== {n} ====\n{}", tail(&log, 30))
         });
@@ -230,7 +289,14 @@ impl<'a> Cluster<'a> {
                 kubelet.logs()
             ));
         }
-        parts.push(format!("==== driver ====\n{}", tail(&self.bed.logs(), 30)));
+        match (self.bed, &self.kubelet) {
+            (Some(bed), _) => parts.push(format!("==== driver ====\n{}", tail(&bed.logs(), 30))),
+            (None, Some((_, kubelet))) => parts.push(kubelet.pod_logs(20)),
+            (None, None) => {}
+        }
+        if let Some(proxy) = &self.proxy {
+            parts.push(format!("==== kube-proxy ====\n{}", tail(&proxy.0.log(), 10)));
+        }
         parts.join("\n")
     }
 
@@ -430,10 +496,10 @@ impl<'a> Cluster<'a> {
             .collect();
         let mounted = Mounted {
             handle: csi.volume_handle.clone(),
-            staging: self.bed.path(&format!("{tag}.staging")),
-            target: self.bed.path(&format!("{tag}.target")),
+            staging: self.bed().path(&format!("{tag}.staging")),
+            target: self.bed().path(&format!("{tag}.target")),
         };
-        let mut node = self.bed.node_client().await?;
+        let mut node = self.bed().node_client().await?;
         node.node_stage_volume(pb::NodeStageVolumeRequest {
             volume_id: mounted.handle.clone(),
             publish_context: publish_context.clone(),
@@ -458,7 +524,7 @@ impl<'a> Cluster<'a> {
 
     /// kubelet (played): NodeUnpublish and NodeUnstage of `mounted`.
     pub async fn unpublish_and_unstage(&self, mounted: &Mounted) -> Result<()> {
-        let mut node = self.bed.node_client().await?;
+        let mut node = self.bed().node_client().await?;
         node.node_unpublish_volume(pb::NodeUnpublishVolumeRequest {
             volume_id: mounted.handle.clone(),
             target_path: mounted.target.display().to_string(),

@@ -11,7 +11,6 @@ use crate::{
     apiserver::ApiServer,
     claim_bed::ClaimBed,
     k8s::{tail, Component},
-    k8s_cluster::DRIVER,
     Result,
 };
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
@@ -101,9 +100,9 @@ impl Kubelet {
         std::fs::create_dir_all(PLUGINS_REGISTRY)?;
         let args: Vec<OsString> = vec![
             registrar_script().into(),
-            DRIVER.into(),
-            bed.plugin.socket.clone().into(),
-            format!("{PLUGINS_REGISTRY}/{DRIVER}-reg.sock").into(),
+            format!("--csi-address={}", bed.plugin.socket.display()).into(),
+            format!("--kubelet-registration-path={}", bed.plugin.socket.display()).into(),
+            format!("--plugin-registration-path={PLUGINS_REGISTRY}").into(),
         ];
         self.registrar = Some(Component::spawn(
             "registrar",
@@ -123,6 +122,52 @@ impl Kubelet {
             tail(&read("containerd.log"), 15),
             tail(&read("registrar.log"), 10)
         )
+    }
+
+    /// The last `n` lines of each container's log of every Pod on the
+    /// node (kubelet keeps them in /var/log/pods/<namespace>_<pod>_<uid>/
+    /// <container>/<restart>.log; the last restart's).
+    pub fn pod_logs(&self, n: usize) -> String {
+        let mut parts = Vec::new();
+        let mut pods: Vec<PathBuf> = dir_entries(Path::new("/var/log/pods"));
+        pods.sort();
+        for pod in pods {
+            let pod_name = pod.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            for container in dir_entries(&pod) {
+                let last = dir_entries(&container).into_iter().max_by_key(|f| {
+                    let stem = f.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+                    stem.parse::<u32>().unwrap_or(0)
+                });
+                let Some(last) = last else { continue };
+                let text = std::fs::read_to_string(&last).unwrap_or_default();
+                parts.push(format!(
+                    "==== pod {pod_name} container {} ({}) ====\n{}",
+                    container.file_name().unwrap_or_default().to_string_lossy(),
+                    last.file_name().unwrap_or_default().to_string_lossy(),
+                    tail(&text, n)
+                ));
+            }
+        }
+        parts.join("\n")
+    }
+
+    /// Imports the images of the `docker save` archive `archive` into
+    /// containerd's `k8s.io` namespace, where kubelet finds them.
+    pub fn import_images(&self, archive: &Path) -> Result<()> {
+        let out = Command::new("ctr")
+            .args(["-n", "k8s.io", "images", "import"])
+            .arg(archive)
+            .output()?;
+        if !out.status.success() {
+            return Err(format!(
+                "ctr images import {}: {}{}",
+                archive.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
+        }
+        Ok(())
     }
 
     /// kubelet's log lines that contain `what`.
@@ -151,4 +196,11 @@ impl Drop for Kubelet {
             .arg(&self.dir)
             .status();
     }
+}
+
+/// The entries of folder `dir` (none when it cannot be read).
+fn dir_entries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
 }

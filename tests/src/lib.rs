@@ -16,6 +16,7 @@
 pub mod agent;
 pub mod apiserver;
 pub mod bench;
+pub mod chart_install;
 pub mod block;
 pub mod claim_bed;
 pub mod claim_cases;

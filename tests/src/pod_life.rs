@@ -78,7 +78,6 @@ pub async fn pod_life(
     claim: &str,
     mib: u64,
 ) -> Result<Timings> {
-    let bed = cluster.bed;
     let mut t = Timings::default();
     let mut seen = print_events(cluster, usize::MAX).await?;
     println!(
@@ -98,7 +97,7 @@ pub async fn pod_life(
         .and_then(|s| s.csi.as_ref())
         .map(|c| c.volume_handle.clone())
         .ok_or("PV without csi")?;
-    let storage = Storage::of(&handle, &format!("{}/{}", bed.parent.pool, bed.parent.name))?;
+    let storage = Storage::of(&handle, &cluster.parent)?;
     assert_eq!(
         storage.size()?,
         Some(mib << 20),

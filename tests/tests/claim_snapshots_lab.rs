@@ -88,7 +88,7 @@ async fn claim_snapshots_restore_and_clone_through_the_real_snapshotter() -> Res
 
 impl Scenario<'_> {
     async fn run(&self, cluster: &Cluster<'_>) -> Result<()> {
-        let bed = cluster.bed;
+        let bed = cluster.bed();
         let tag = self.tag;
         let (source_name, snap_name) = (format!("{tag}-source"), format!("{tag}-snap"));
         let (restored_name, copy_name) = (format!("{tag}-restored"), format!("{tag}-copy"));
