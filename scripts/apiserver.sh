@@ -16,12 +16,13 @@
 #                            system:nodes (the lab's kubelet test binds the
 #                            system:node ClusterRole to that group)
 #   env                      APISERVER=<url> and KUBECONFIG=<admin kubeconfig>
+#   ca.crt                   the CA that signed the server's certificate
 # The namespace pillar-csi exists. Authorization is RBAC. Privileged pods are
 # allowed, as in kubeadm and kind clusters (the CSI node plugin and the agent are).
 #
 # PILLAR_APISERVER_ADVERTISE=IP: the address Pods reach the server at (the
 # `kubernetes` Service's endpoint; the lab's guest reaches the host at
-# 10.0.2.2). The serving certificate then names it and the Service's
+# 10.0.2.2). The serving certificate (signed by DIR/ca.crt) then names it and the Service's
 # cluster IP 10.96.0.1, which in-cluster clients dial through kube-proxy.
 # The server still listens on 127.0.0.1 only.
 set -euo pipefail
@@ -89,9 +90,16 @@ start() {
 
   local advertise=${PILLAR_APISERVER_ADVERTISE:-127.0.0.1} sans=IP:127.0.0.1,DNS:localhost
   [ "$advertise" = 127.0.0.1 ] || sans+=",IP:$advertise,IP:10.96.0.1,DNS:kubernetes.default.svc"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=kube-apiserver \
-    -addext "subjectAltName=$sans" \
-    -keyout "$dir/serving.key" -out "$dir/serving.crt" 2>/dev/null
+  # A cluster CA (ca.crt, what Pods get as their ServiceAccount's ca.crt)
+  # and the server's certificate signed by it, as kubeadm makes them: TLS
+  # stacks such as rustls refuse a CA certificate as a server's own.
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=lab-kubernetes-ca \
+    -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver \
+    -keyout "$dir/serving.key" -out "$dir/serving.csr" 2>/dev/null
+  printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' "$sans" >"$dir/serving.ext"
+  openssl x509 -req -in "$dir/serving.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
+    -days 2 -extfile "$dir/serving.ext" -out "$dir/serving.crt" 2>/dev/null
   openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
   openssl rsa -in "$dir/sa.key" -pubout -out "$dir/sa.pub" 2>/dev/null
 

@@ -175,6 +175,9 @@ fn run_agent(args: AgentArgs) -> Result<(), String> {
 
 fn init_tracing() {
     tracing_subscriber::fmt()
+        // Colours only on a terminal: a container's log (kubelet's files,
+        // a log collector) gets plain text, not escape sequences.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

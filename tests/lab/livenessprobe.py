@@ -12,6 +12,7 @@ github.com/kubernetes-csi/livenessprobe. tests/lab/mkimage.py puts this in
 an image of its own.
 """
 import http.server
+import socket
 import sys
 
 import grpc
@@ -56,7 +57,13 @@ def main():
             if not self.path.startswith("/healthz") or args[1:2] != ("200",):
                 sys.stderr.write("livenessprobe: " + fmt % args + "\n")
 
-    server = http.server.ThreadingHTTPServer(("", int(opts["health-port"])), Health)
+    class DualStack(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6  # "::" takes IPv4 too, as the sidecar's ":PORT"
+
+    try:
+        server = DualStack(("::", int(opts["health-port"])), Health)
+    except OSError:  # no IPv6 in this network namespace
+        server = http.server.ThreadingHTTPServer(("", int(opts["health-port"])), Health)
     print(f"livenessprobe: /healthz on port {opts['health-port']} probes {opts['csi-address']}", flush=True)
     server.serve_forever()
 

@@ -47,8 +47,8 @@ pub struct ChartInstall {
 }
 
 impl ChartInstall {
-    /// Makes the chart's images and imports them into the kubelet's
-    /// containerd, makes the release's namespace and its mTLS Secrets
+    /// Imports the chart's images (`chart-images.tar` in `work`, which the
+    /// lab runner made) into the kubelet's containerd, makes the release's namespace and its mTLS Secrets
     /// (signed by `ca`: the agent's server certificate for `layout.agent`,
     /// the controller's client certificate), labels the Node a storage node
     /// and runs `helm install` with values for the lab's pool and volume
@@ -62,32 +62,21 @@ impl ChartInstall {
         ca: &Ca,
     ) -> Result<Self> {
         let kubelet = cluster.kubelet().ok_or("the chart's cluster runs kubelet")?;
+        // Made by the lab runner on the host (tests/lab/run, mkimage.py chart).
         let images = work.join("chart-images.tar");
-        let binary = crate::agent::binary()?;
-        let started = Instant::now();
-        crate::run(
-            &std::env::var("PILLAR_LAB_PYTHON").unwrap_or_else(|_| "python3".into()),
-            &[
-                &Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("lab/mkimage.py")
-                    .display()
-                    .to_string(),
-                "chart",
-                &images.display().to_string(),
-                &binary.display().to_string(),
-            ],
-        )?;
-        println!(
-            "      images made in {:.1} s ({} MiB)",
-            started.elapsed().as_secs_f64(),
-            fs::metadata(&images)?.len() >> 20
-        );
+        if !images.is_file() {
+            return Err(format!(
+                "{} is missing: the lab runner makes it when the API server runs (tests/lab/run)",
+                images.display()
+            )
+            .into());
+        }
         let started = Instant::now();
         let imported = kubelet.import_images(&images);
         let _ = fs::remove_file(&images);
         imported?;
         println!(
-            "      imported into containerd in {:.1} s",
+            "      the chart's images imported into containerd in {:.1} s",
             started.elapsed().as_secs_f64()
         );
 

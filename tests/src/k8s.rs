@@ -255,7 +255,7 @@ impl ControllerManager {
     /// the workload controllers (Deployment, ReplicaSet, DaemonSet), the
     /// garbage collector (`helm uninstall` leaves the Pods to it) and the
     /// ServiceAccount token controller, which signs the controller Pod's
-    /// token with the server's key and gives it the server's certificate.
+    /// token with the server's key and gives it the cluster's CA.
     pub async fn start_for_chart(server: &ApiServer, dir: &Path) -> Result<Self> {
         let controllers = format!(
             "{CONTROLLERS},nodelifecycle,deployment,replicaset,daemonset,garbagecollector,\
@@ -265,7 +265,7 @@ impl ControllerManager {
             "--service-account-private-key-file={}",
             server.dir().join("sa.key").display()
         );
-        let ca = format!("--root-ca-file={}", server.dir().join("serving.crt").display());
+        let ca = format!("--root-ca-file={}", server.dir().join("ca.crt").display());
         let flags = [
             "--enable-taint-manager=false",
             "--node-monitor-grace-period=5m",

@@ -178,21 +178,22 @@ impl<'a> Cluster<'a> {
         let kcm = ControllerManager::start_for_chart(server, work).await?;
         let snapshots = SnapshotController::start(server, work).await?;
         let scheduler = Scheduler::start(server, work)?;
-        let proxy = KubeProxy::start(server, work, node_name)?;
         let kubelet = Kubelet::start(server, &admin, node_name).await?;
-        let cluster = Self {
+        let mut cluster = Self {
             bed: None,
             node_name: node_name.to_owned(),
             admin,
             parent,
             work: work.to_owned(),
             kubelet: Some((scheduler, kubelet)),
-            proxy: Some(proxy),
+            proxy: None,
             kcm,
             snapshots,
             sidecars: None,
         };
         cluster.node_ready().await?;
+        // After the Node exists: kube-proxy reads its address from it.
+        cluster.proxy = Some(KubeProxy::start(server, work, node_name)?);
         cluster.default_service_account().await?;
         Ok(cluster)
     }

@@ -100,6 +100,17 @@ async fn claim_chart_installed_by_helm_serves_a_pod_through_its_own_images() -> 
         );
     }
 
+    let kubelet = cluster.kubelet().ok_or("no kubelet")?;
+    let logs = kubelet.pod_logs(2000);
+    assert!(
+        logs.contains("agent serving") && logs.contains("node plugin serving"),
+        "kubelet keeps the release's containers' logs:\n{logs}"
+    );
+    assert!(
+        !logs.contains('\u{1b}'),
+        "no terminal escape sequences in the containers' logs:\n{logs}"
+    );
+
     println!("\n [operator] helm uninstall");
     chart.uninstall(&cluster).await?;
     let csinodes = cluster.api::<CSINode>();

@@ -86,15 +86,46 @@ pub fn run_ok(program: &str, args: &[&str], limit: Duration) -> Result<Output> {
             args.join(" "),
             out.code
                 .map_or("killed by a signal".into(), |c| format!("exit {c}")),
-            out.stderr.trim()
+            without_usage(&out.stderr)
         )));
     }
     Ok(out)
 }
 
+/// `stderr` up to a usage text the program printed after its complaint
+/// (mkfs.xfs follows "Filesystem must be larger than 300MB." with its
+/// whole usage): the complaint is what the caller needs.
+fn without_usage(stderr: &str) -> &str {
+    let end = stderr
+        .match_indices('\n')
+        .map(|(i, _)| i + 1)
+        .find(|&i| stderr[i..].trim_start().to_ascii_lowercase().starts_with("usage:"))
+        .unwrap_or(stderr.len());
+    stderr[..end].trim()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_usage_text_after_the_complaint_is_left_out() {
+        let e = run_ok(
+            "sh",
+            &[
+                "-c",
+                "printf 'Filesystem must be larger than 300MB.\\nUsage: mkfs.xfs\\n/* blocksize */ [-b size=num]\\n' >&2; exit 1",
+            ],
+            Duration::from_secs(10),
+        )
+        .expect_err("fails");
+        assert!(
+            e.message.ends_with("(exit 1): Filesystem must be larger than 300MB."),
+            "{e}"
+        );
+        assert_eq!(without_usage("usage: x"), "usage: x", "nothing but usage: kept");
+        assert_eq!(without_usage("bad\nmore\n"), "bad\nmore");
+    }
 
     #[test]
     fn output_exit_codes_and_time_limits() {

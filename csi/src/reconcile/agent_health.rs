@@ -27,7 +27,7 @@ impl Reconcilers {
         let agents = match api.list(&ListParams::default()).await {
             Ok(l) => l.items,
             Err(e) => {
-                tracing::warn!(error = %e, "list PillarAgents");
+                tracing::warn!(error = %super::with_causes(&e), "list PillarAgents");
                 return 1;
             }
         };
@@ -65,7 +65,7 @@ impl Reconcilers {
                 )
                 .await
             {
-                tracing::warn!(agent = %agent.name_any(), error = %e, "write PillarAgent status");
+                tracing::warn!(agent = %agent.name_any(), error = %super::with_causes(&e), "write PillarAgent status");
                 errors += 1;
             }
         }

@@ -74,7 +74,7 @@ impl Election {
                     leading.send_replace(false);
                 }
                 Err(e) => {
-                    tracing::warn!(lease = %self.name, error = %e, "leader election");
+                    tracing::warn!(lease = %self.name, error = %super::with_causes(&e), "leader election");
                     if renewed.is_none_or(|t| t.elapsed() >= self.lease_duration) {
                         leading.send_replace(false);
                     }
@@ -91,7 +91,7 @@ impl Election {
         if *leading.borrow() {
             leading.send_replace(false);
             if let Err(e) = self.release(&api).await {
-                tracing::warn!(lease = %self.name, error = %e, "release the Lease");
+                tracing::warn!(lease = %self.name, error = %super::with_causes(&e), "release the Lease");
             }
         }
     }

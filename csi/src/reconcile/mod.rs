@@ -225,6 +225,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_warning_names_every_cause() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("client error (Connect)")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = Outer(std::io::Error::other("invalid peer certificate: CaUsedAsEndEntity"));
+        assert_eq!(
+            with_causes(&e),
+            "client error (Connect): invalid peer certificate: CaUsedAsEndEntity"
+        );
+    }
+
+    #[test]
     fn durations_take_units_and_refuse_nonsense() {
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
@@ -247,4 +268,18 @@ mod tests {
         assert_ne!(down.last_transition_time, old.last_transition_time);
         assert!(condition_changed(&[old], &down));
     }
+}
+
+/// An error with its causes, `a: b: c`, for the passes' warnings: kube's
+/// errors say what failed only in their sources (`client error (Connect)`
+/// alone does not tell a refused connection from a refused certificate).
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

@@ -104,7 +104,7 @@ impl Reconcilers {
         let records = match states.list(&ListParams::default()).await {
             Ok(l) => l.items,
             Err(e) => {
-                tracing::warn!(error = %e, "reaper: list PillarVolumeStates");
+                tracing::warn!(error = %super::with_causes(&e), "reaper: list PillarVolumeStates");
                 return 1;
             }
         };
@@ -117,13 +117,13 @@ impl Reconcilers {
                 Ok(false) => continue,
                 Ok(true) => {}
                 Err(e) => {
-                    tracing::warn!(record = %record.name_any(), error = %e, "reaper");
+                    tracing::warn!(record = %record.name_any(), error = %super::with_causes(&e), "reaper");
                     errors += 1;
                     continue;
                 }
             }
             if let Err(e) = self.forget(&states, &record).await {
-                tracing::warn!(record = %record.name_any(), error = %e, "reaper: kept for the next pass");
+                tracing::warn!(record = %record.name_any(), error = %super::with_causes(&e), "reaper: kept for the next pass");
                 let patch = serde_json::json!({"status": {"message": format!(
                     "abandoned (its claim is gone); the reaper retries: {e}")}});
                 let _ = states

@@ -53,7 +53,7 @@ impl Reconcilers {
         {
             Ok(l) => l.items,
             Err(e) => {
-                tracing::warn!(error = %e, "resync: list PillarAgents");
+                tracing::warn!(error = %super::with_causes(&e), "resync: list PillarAgents");
                 return 1;
             }
         };
@@ -63,7 +63,7 @@ impl Reconcilers {
         {
             Ok(l) => l.items,
             Err(e) => {
-                tracing::warn!(error = %e, "resync: list PillarVolumeStates");
+                tracing::warn!(error = %super::with_causes(&e), "resync: list PillarVolumeStates");
                 return 1;
             }
         };
@@ -87,7 +87,7 @@ impl Reconcilers {
             let mut client = match self.agents.client(&agent) {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::warn!(agent = %agent.name_any(), error = %e, "resync");
+                    tracing::warn!(agent = %agent.name_any(), error = %super::with_causes(&e), "resync");
                     errors += 1;
                     continue;
                 }
@@ -157,7 +157,7 @@ impl Reconcilers {
                 )
                 .await
             {
-                tracing::warn!(volume = %record.name_any(), error = %e, "resync: could not write the refusal on the record");
+                tracing::warn!(volume = %record.name_any(), error = %super::with_causes(&e), "resync: could not write the refusal on the record");
             }
         }
     }

@@ -144,7 +144,7 @@ impl Reconcilers {
         let list = match classes.list(&ListParams::default()).await {
             Ok(l) => l.items,
             Err(e) => {
-                tracing::warn!(error = %e, "list PillarStorageClasses");
+                tracing::warn!(error = %super::with_causes(&e), "list PillarStorageClasses");
                 return 1;
             }
         };
@@ -154,7 +154,7 @@ impl Reconcilers {
                 continue;
             }
             if let Err(e) = self.storage_class(&classes, &class).await {
-                tracing::warn!(class = %class.name_any(), error = %e, "StorageClass not reconciled");
+                tracing::warn!(class = %class.name_any(), error = %super::with_causes(&e), "StorageClass not reconciled");
                 errors += 1;
             }
         }
