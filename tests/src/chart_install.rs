@@ -44,6 +44,11 @@ pub struct ChartInstall {
     kubeconfig: PathBuf,
     /// The values the release was installed with (a JSON file).
     pub values: PathBuf,
+    /// Seconds `ctr images import` of the chart's images took.
+    pub imported_in: f64,
+    /// Seconds from `helm install` until the Pods were Ready and the node
+    /// plugin registered.
+    pub ready_in: f64,
 }
 
 impl ChartInstall {
@@ -61,7 +66,9 @@ impl ChartInstall {
         layout: &Layout,
         ca: &Ca,
     ) -> Result<Self> {
-        let kubelet = cluster.kubelet().ok_or("the chart's cluster runs kubelet")?;
+        let kubelet = cluster
+            .kubelet()
+            .ok_or("the chart's cluster runs kubelet")?;
         // Made by the lab runner on the host (tests/lab/run, mkimage.py chart).
         let images = work.join("chart-images.tar");
         if !images.is_file() {
@@ -75,10 +82,8 @@ impl ChartInstall {
         let imported = kubelet.import_images(&images);
         let _ = fs::remove_file(&images);
         imported?;
-        println!(
-            "      the chart's images imported into containerd in {:.1} s",
-            started.elapsed().as_secs_f64()
-        );
+        let imported_in = started.elapsed().as_secs_f64();
+        println!("      the chart's images imported into containerd in {imported_in:.1} s");
 
         let admin = &cluster.admin;
         Api::<Namespace>::all(admin.clone())
@@ -107,16 +112,16 @@ impl ChartInstall {
             )
             .await?;
 
-        let chart = Self {
+        let mut chart = Self {
             helm: sidecar_binary("helm")?,
             kubeconfig: server.kubeconfig(),
             values: work.join("chartlab-values.json"),
+            imported_in,
+            ready_in: 0.0,
         };
-        fs::write(
-            &chart.values,
-            serde_json::to_vec_pretty(&values(layout))?,
-        )?;
+        fs::write(&chart.values, serde_json::to_vec_pretty(&values(layout))?)?;
         let chart_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/pillar-csi");
+        let started = Instant::now();
         let out = chart.helm(&[
             "install",
             RELEASE,
@@ -126,8 +131,15 @@ impl ChartInstall {
             "--values",
             &chart.values.display().to_string(),
         ])?;
-        println!("      [helm] {}", out.lines().take(6).collect::<Vec<_>>().join("\n      [helm] "));
+        println!(
+            "      [helm] {}",
+            out.lines()
+                .take(6)
+                .collect::<Vec<_>>()
+                .join("\n      [helm] ")
+        );
         chart.rolled_out(cluster).await?;
+        chart.ready_in = started.elapsed().as_secs_f64();
         Ok(chart)
     }
 
@@ -138,7 +150,10 @@ impl ChartInstall {
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .env("HELM_CACHE_HOME", self.values.with_extension("helm-cache"))
-            .env("HELM_CONFIG_HOME", self.values.with_extension("helm-config"))
+            .env(
+                "HELM_CONFIG_HOME",
+                self.values.with_extension("helm-config"),
+            )
             .env("HELM_DATA_HOME", self.values.with_extension("helm-data"))
             .output()?;
         let text = format!(
@@ -211,14 +226,21 @@ impl ChartInstall {
     }
 
     /// Waits until the release's controller generated `class`'s StorageClass.
-    pub async fn storage_class(&self, cluster: &Cluster<'_>, class: &Class) -> Result<StorageClass> {
+    pub async fn storage_class(
+        &self,
+        cluster: &Cluster<'_>,
+        class: &Class,
+    ) -> Result<StorageClass> {
         let api: Api<StorageClass> = Api::all(cluster.admin.clone());
         let name = class.storage_class.clone();
         cluster
-            .until(&format!("StorageClass {name} from the release's controller"), || {
-                let (api, name) = (api.clone(), name.clone());
-                async move { Ok(api.get_opt(&name).await?) }
-            })
+            .until(
+                &format!("StorageClass {name} from the release's controller"),
+                || {
+                    let (api, name) = (api.clone(), name.clone());
+                    async move { Ok(api.get_opt(&name).await?) }
+                },
+            )
             .await
     }
 

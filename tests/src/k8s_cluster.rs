@@ -10,10 +10,10 @@
 //! publishes from the VolumeAttachment the real attacher filled, and
 //! reports the volumes in use in the Node's status).
 use crate::{
+    apiserver::ApiServer,
     claim_bed::ClaimBed,
     claim_requests::capability,
     csi::csi_pb as pb,
-    apiserver::ApiServer,
     k8s::{tail, ControllerManager, KubeProxy, Scheduler, Sidecars, SnapshotController, SIDECARS},
     kubelet::Kubelet,
     Result,
@@ -270,8 +270,8 @@ impl<'a> Cluster<'a> {
     /// The tails of every component's log and the driver's.
     pub fn logs(&self) -> String {
         let sidecars = SIDECARS.iter().map(|n| {
-            let log = fs::read_to_string(self.work.join(format!("k8s.{n}.log")))
-                .unwrap_or_default();
+            let log =
+                fs::read_to_string(self.work.join(format!("k8s.{n}.log"))).unwrap_or_default();
             format!("==== {n} ====\n{}", tail(&log, 30))
         });
         let mut parts: Vec<String> = sidecars.collect();
@@ -296,7 +296,10 @@ impl<'a> Cluster<'a> {
             (None, None) => {}
         }
         if let Some(proxy) = &self.proxy {
-            parts.push(format!("==== kube-proxy ====\n{}", tail(&proxy.0.log(), 10)));
+            parts.push(format!(
+                "==== kube-proxy ====\n{}",
+                tail(&proxy.0.log(), 10)
+            ));
         }
         parts.join("\n")
     }

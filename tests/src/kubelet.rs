@@ -101,7 +101,11 @@ impl Kubelet {
         let args: Vec<OsString> = vec![
             registrar_script().into(),
             format!("--csi-address={}", bed.plugin.socket.display()).into(),
-            format!("--kubelet-registration-path={}", bed.plugin.socket.display()).into(),
+            format!(
+                "--kubelet-registration-path={}",
+                bed.plugin.socket.display()
+            )
+            .into(),
             format!("--plugin-registration-path={PLUGINS_REGISTRY}").into(),
         ];
         self.registrar = Some(Component::spawn(
@@ -132,10 +136,18 @@ impl Kubelet {
         let mut pods: Vec<PathBuf> = dir_entries(Path::new("/var/log/pods"));
         pods.sort();
         for pod in pods {
-            let pod_name = pod.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let pod_name = pod
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
             for container in dir_entries(&pod) {
                 let last = dir_entries(&container).into_iter().max_by_key(|f| {
-                    let stem = f.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+                    let stem = f
+                        .file_stem()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned();
                     stem.parse::<u32>().unwrap_or(0)
                 });
                 let Some(last) = last else { continue };

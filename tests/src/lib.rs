@@ -16,8 +16,8 @@
 pub mod agent;
 pub mod apiserver;
 pub mod bench;
-pub mod chart_install;
 pub mod block;
+pub mod chart_install;
 pub mod claim_bed;
 pub mod claim_cases;
 pub mod claim_life;

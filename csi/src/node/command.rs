@@ -99,7 +99,12 @@ fn without_usage(stderr: &str) -> &str {
     let end = stderr
         .match_indices('\n')
         .map(|(i, _)| i + 1)
-        .find(|&i| stderr[i..].trim_start().to_ascii_lowercase().starts_with("usage:"))
+        .find(|&i| {
+            stderr[i..]
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("usage:")
+        })
         .unwrap_or(stderr.len());
     stderr[..end].trim()
 }
@@ -120,10 +125,15 @@ mod tests {
         )
         .expect_err("fails");
         assert!(
-            e.message.ends_with("(exit 1): Filesystem must be larger than 300MB."),
+            e.message
+                .ends_with("(exit 1): Filesystem must be larger than 300MB."),
             "{e}"
         );
-        assert_eq!(without_usage("usage: x"), "usage: x", "nothing but usage: kept");
+        assert_eq!(
+            without_usage("usage: x"),
+            "usage: x",
+            "nothing but usage: kept"
+        );
         assert_eq!(without_usage("bad\nmore\n"), "bad\nmore");
     }
 

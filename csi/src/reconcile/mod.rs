@@ -220,6 +220,20 @@ async fn lost(leading: &mut watch::Receiver<bool>) -> bool {
     }
 }
 
+/// An error with its causes, `a: b: c`, for the passes' warnings: kube's
+/// errors say what failed only in their sources (`client error (Connect)`
+/// alone does not tell a refused connection from a refused certificate).
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,7 +252,9 @@ mod tests {
                 Some(&self.0)
             }
         }
-        let e = Outer(std::io::Error::other("invalid peer certificate: CaUsedAsEndEntity"));
+        let e = Outer(std::io::Error::other(
+            "invalid peer certificate: CaUsedAsEndEntity",
+        ));
         assert_eq!(
             with_causes(&e),
             "client error (Connect): invalid peer certificate: CaUsedAsEndEntity"
@@ -268,18 +284,4 @@ mod tests {
         assert_ne!(down.last_transition_time, old.last_transition_time);
         assert!(condition_changed(&[old], &down));
     }
-}
-
-/// An error with its causes, `a: b: c`, for the passes' warnings: kube's
-/// errors say what failed only in their sources (`client error (Connect)`
-/// alone does not tell a refused connection from a refused certificate).
-pub fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
