@@ -19,7 +19,7 @@ use crate::{
     Result,
 };
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::{
@@ -199,24 +199,8 @@ impl ChartInstall {
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        let csinodes: Api<CSINode> = Api::all(cluster.admin.clone());
-        let name = cluster.node_name.clone();
-        let node_id = cluster
-            .until(&format!("CSINode {name} with {DRIVER}"), || {
-                let (csinodes, name) = (csinodes.clone(), name.clone());
-                async move {
-                    let drivers = csinodes
-                        .get_opt(&name)
-                        .await?
-                        .map(|c| c.spec.drivers)
-                        .unwrap_or_default();
-                    Ok(drivers
-                        .into_iter()
-                        .find(|d| d.name == DRIVER)
-                        .map(|d| d.node_id))
-                }
-            })
-            .await?;
+        let name = &cluster.node_name;
+        let node_id = cluster.registered_node_id().await?;
         assert!(
             node_id.starts_with(&format!("{name}/")),
             "the node plugin's node ID {node_id} names the Node (the chart passes spec.nodeName)"

@@ -114,24 +114,10 @@ impl<'a> Cluster<'a> {
         let kubelet = Kubelet::start(&bed.server, &bed.admin, &bed.plugin.node_name).await?;
         let mut cluster = Self::around(bed, kcm, Some((scheduler, kubelet))).await?;
         cluster.node_ready().await?;
-        let name = cluster.node_name.clone();
         if let Some((_, kubelet)) = cluster.kubelet.as_mut() {
             kubelet.register(bed)?;
         }
-        let csinodes = cluster.api::<CSINode>();
-        let node_id = cluster
-            .until(&format!("CSINode {name} with {DRIVER}"), || {
-                let (csinodes, name) = (csinodes.clone(), name.clone());
-                async move {
-                    let csinode = csinodes.get_opt(&name).await?;
-                    let drivers = csinode.map(|c| c.spec.drivers).unwrap_or_default();
-                    Ok(drivers
-                        .into_iter()
-                        .find(|d| d.name == DRIVER)
-                        .map(|d| d.node_id))
-                }
-            })
-            .await?;
+        let node_id = cluster.registered_node_id().await?;
         assert_eq!(
             node_id, bed.node_id,
             "kubelet wrote the node ID the plugin's NodeGetInfo gives"
@@ -203,6 +189,25 @@ impl<'a> Cluster<'a> {
     pub fn bed(&self) -> &'a ClaimBed {
         self.bed
             .expect("this cluster runs the chart's driver: it has no bed")
+    }
+
+    /// Waits until kubelet wrote the driver into the Node's CSINode (the
+    /// node plugin registered); its node ID there.
+    pub async fn registered_node_id(&self) -> Result<String> {
+        let csinodes = self.api::<CSINode>();
+        let name = self.node_name.clone();
+        self.until(&format!("CSINode {name} with {DRIVER}"), || {
+            let (csinodes, name) = (csinodes.clone(), name.clone());
+            async move {
+                let csinode = csinodes.get_opt(&name).await?;
+                let drivers = csinode.map(|c| c.spec.drivers).unwrap_or_default();
+                Ok(drivers
+                    .into_iter()
+                    .find(|d| d.name == DRIVER)
+                    .map(|d| d.node_id))
+            }
+        })
+        .await
     }
 
     /// Waits until the Node is Ready and carries no NoSchedule taint.
