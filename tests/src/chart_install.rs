@@ -19,7 +19,7 @@ use crate::{
     Result,
 };
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::{
@@ -120,6 +120,7 @@ impl ChartInstall {
             ready_in: 0.0,
         };
         fs::write(&chart.values, serde_json::to_vec_pretty(&values(layout))?)?;
+        remove_unowned_csidriver(cluster).await?;
         let chart_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/pillar-csi");
         let started = Instant::now();
         let out = chart.helm(&[
@@ -244,6 +245,33 @@ impl ChartInstall {
             })
             .await
     }
+}
+
+/// Removes a CSIDriver of the driver's name that no Helm release owns: the
+/// guides' test of the same run applies the chart's objects without Helm
+/// and leaves it, and Helm refuses to install over an object it does not
+/// own (a cluster has one CSIDriver per name).
+async fn remove_unowned_csidriver(cluster: &Cluster<'_>) -> Result<()> {
+    let drivers: Api<CSIDriver> = Api::all(cluster.admin.clone());
+    let Some(driver) = drivers.get_opt(DRIVER).await? else {
+        return Ok(());
+    };
+    let labels = driver.metadata.labels.unwrap_or_default();
+    if labels
+        .get("app.kubernetes.io/managed-by")
+        .map(String::as_str)
+        == Some("Helm")
+    {
+        return Ok(());
+    }
+    println!("      CSIDriver {DRIVER} left by another test without Helm: deleted first");
+    drivers.delete(DRIVER, &Default::default()).await?;
+    cluster
+        .until(&format!("CSIDriver {DRIVER} gone"), || {
+            let drivers = drivers.clone();
+            async move { Ok(drivers.get_opt(DRIVER).await?.is_none().then_some(())) }
+        })
+        .await
 }
 
 /// The release's values: the lab's images, the mTLS Secrets made by
