@@ -36,6 +36,7 @@ pub mod metrics;
 pub mod mount;
 pub mod node_bed;
 pub mod nvme;
+pub mod played_kubelet;
 pub mod pod_life;
 pub mod sanity;
 pub mod tls;
