@@ -129,8 +129,9 @@ impl Kubelet {
     }
 
     /// The last `n` lines of each container's log of every Pod on the
-    /// node (kubelet keeps them in /var/log/pods/<namespace>_<pod>_<uid>/
-    /// <container>/<restart>.log; the last restart's).
+    /// node (kubelet keeps them in
+    /// `/var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log`;
+    /// the last restart's).
     pub fn pod_logs(&self, n: usize) -> String {
         let mut parts = Vec::new();
         let mut pods: Vec<PathBuf> = dir_entries(Path::new("/var/log/pods"));
