@@ -11,7 +11,7 @@ BACKPORTS_PKGS=(linux-image-amd64 linux-headers-amd64 zfs-dkms zfsutils-linux li
 MAIN_PKGS=(busybox-static lvm2 liblvm2-dev thin-provisioning-tools nvme-cli open-iscsi
   python3-rtslib-fb targetcli-fb xfsprogs e2fsprogs clang libclang-dev libudev-dev libblkid-dev
   pkg-config protobuf-compiler libprotobuf-dev openssl udev kmod iproute2 dmsetup
-  containerd runc containernetworking-plugins iptables conntrack debootstrap)
+  containerd runc containernetworking-plugins iptables conntrack debootstrap nfs-kernel-server)
 
 missing() {
   local p out=()

@@ -6,6 +6,7 @@
 //! Only the functions the safe API in `sys::zfs` needs are bound: init/fini
 //! of both libraries, dataset create/destroy/exists/snapshot/clone and the
 //! encryption key calls through libzfs_core, dataset and pool handles and their properties through libzfs,
+//! a filesystem's mount and unmount,
 //! child and snapshot iteration, the property tables, the version strings and
 //! the nvlist calls to build and read property lists.
 use std::{env, path::PathBuf};
@@ -45,6 +46,9 @@ const FUNCTIONS: &[&str] = &[
     "zfs_get_user_props",
     "zfs_iter_filesystems_v2",
     "zfs_iter_snapshots_v2",
+    // Filesystems: mounted where their `mountpoint` says, as `zfs mount` does.
+    "zfs_mount",
+    "zfs_unmount",
     "zpool_open",
     "zpool_close",
     "zpool_get_prop_int",

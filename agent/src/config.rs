@@ -22,6 +22,19 @@ pub enum BackendConfig {
         )]
         parent_dataset: Option<String>,
     },
+    /// ZFS filesystems under `pool[/parentDataset]` (which must mount),
+    /// each bounded by its `refquota`: filesystem volumes over NFS.
+    ZfsDataset {
+        /// The pool.
+        pool: String,
+        /// The dataset under the pool that holds the filesystems; none for the pool itself.
+        #[serde(
+            default,
+            rename = "parentDataset",
+            skip_serializing_if = "Option::is_none"
+        )]
+        parent_dataset: Option<String>,
+    },
     /// LVs in a volume group, thin ones in `thinPool`.
     Lvm {
         /// The volume group.
@@ -81,6 +94,9 @@ pub struct AgentConfig {
     pub nvmeof: Listener,
     /// The iSCSI listener.
     pub iscsi: Listener,
+    /// Where NFS clients reach the kernel NFS server (its address and port
+    /// are the server's own; this is what volumes are published with).
+    pub nfs: Listener,
     /// Seconds between resyncs of exports from the marks (0: never).
     pub resync_interval_seconds: u64,
     /// Public keys (PEM: PUBLIC KEY or CERTIFICATE blocks, RSA or ECDSA)
@@ -149,6 +165,10 @@ impl Default for AgentConfig {
                 address: IpAddr::from([0, 0, 0, 0]),
                 port: 3260,
             },
+            nfs: Listener {
+                address: IpAddr::from([0, 0, 0, 0]),
+                port: 2049,
+            },
             resync_interval_seconds: 60,
             recovery_trust_anchor: None,
             key_encryption_key_file: None,
@@ -173,6 +193,7 @@ struct FileConfig {
     insecure_plaintext: Option<bool>,
     nvmeof: Option<FileListener>,
     iscsi: Option<FileListener>,
+    nfs: Option<FileListener>,
     resync_interval_seconds: Option<u64>,
     recovery_trust_anchor: Option<PathBuf>,
     key_encryption_key_file: Option<PathBuf>,
@@ -204,7 +225,7 @@ impl BackendConfig {
     pub fn from_flag(spec: &str) -> Result<Self, ConfigError> {
         let (kind, name) = spec.split_once('=').ok_or_else(|| {
             ConfigError(vec![format!(
-                "--backend {spec:?}: expected zfs=<pool>[/<parentDataset>] or lvm=<vg>[/<thinPool>]"
+                "--backend {spec:?}: expected zfs=<pool>[/<parentDataset>], zfs-dataset=<pool>[/<parentDataset>] or lvm=<vg>[/<thinPool>]"
             )])
         })?;
         let (first, rest) = match name.split_once('/') {
@@ -216,12 +237,16 @@ impl BackendConfig {
                 pool: first,
                 parent_dataset: rest,
             }),
+            "zfs-dataset" => Ok(BackendConfig::ZfsDataset {
+                pool: first,
+                parent_dataset: rest,
+            }),
             "lvm" => Ok(BackendConfig::Lvm {
                 volume_group: first,
                 thin_pool: rest,
             }),
             other => Err(ConfigError(vec![format!(
-                "--backend {spec:?}: unknown kind {other:?} (zfs or lvm)"
+                "--backend {spec:?}: unknown kind {other:?} (zfs, zfs-dataset or lvm)"
             )])),
         }
     }
@@ -249,6 +274,7 @@ impl AgentConfig {
             insecure_plaintext: file.insecure_plaintext.unwrap_or(d.insecure_plaintext),
             nvmeof: file.nvmeof.map_or(d.nvmeof, |l| l.over(d.nvmeof)),
             iscsi: file.iscsi.map_or(d.iscsi, |l| l.over(d.iscsi)),
+            nfs: file.nfs.map_or(d.nfs, |l| l.over(d.nfs)),
             resync_interval_seconds: file
                 .resync_interval_seconds
                 .unwrap_or(d.resync_interval_seconds),
@@ -289,13 +315,17 @@ impl AgentConfig {
             problems
                 .push("no backend configured (give at least one zfs or lvm backend)".to_owned());
         }
-        let mut names = std::collections::BTreeSet::new();
+        let mut names = std::collections::BTreeMap::<String, Vec<&str>>::new();
         for b in &self.backends {
             let (kind, name, sub) = match b {
                 BackendConfig::Zfs {
                     pool,
                     parent_dataset,
                 } => ("zfs pool", pool, parent_dataset),
+                BackendConfig::ZfsDataset {
+                    pool,
+                    parent_dataset,
+                } => ("zfs-dataset pool", pool, parent_dataset),
                 BackendConfig::Lvm {
                     volume_group,
                     thin_pool,
@@ -306,14 +336,24 @@ impl AgentConfig {
             }
             if let Some(sub) = sub {
                 let ok = match b {
-                    BackendConfig::Zfs { .. } => sub.split('/').all(is_simple_name),
+                    BackendConfig::Zfs { .. } | BackendConfig::ZfsDataset { .. } => {
+                        sub.split('/').all(is_simple_name)
+                    }
                     BackendConfig::Lvm { .. } => is_simple_name(sub),
                 };
                 if !ok {
                     problems.push(format!("{kind} {name:?}: {sub:?} is not a valid name"));
                 }
             }
-            if !names.insert(name.clone()) {
+            // Volume IDs name their pool or VG first: names are unique,
+            // except that one pool may hold zvols and filesystems, a
+            // backend of each.
+            let seen: &mut Vec<&str> = names.entry(name.clone()).or_default();
+            let clash = seen
+                .iter()
+                .any(|k| *k == kind || k.starts_with("lvm") || kind.starts_with("lvm"));
+            seen.push(kind);
+            if clash {
                 problems.push(format!("{kind} {name:?} is configured twice"));
             }
         }
@@ -336,7 +376,11 @@ impl AgentConfig {
                 "TLS needs all three of the server certificate, its key and the client CA".into(),
             ),
         }
-        for (what, l) in [("nvmeof", self.nvmeof), ("iscsi", self.iscsi)] {
+        for (what, l) in [
+            ("nvmeof", self.nvmeof),
+            ("iscsi", self.iscsi),
+            ("nfs", self.nfs),
+        ] {
             if l.port == 0 {
                 problems.push(format!("{what} port must not be 0"));
             }
@@ -513,6 +557,20 @@ mod tests {
             .contains("--insecure-plaintext"));
         c.insecure_plaintext = true;
         assert!(c.validate().is_ok());
+        c.backends.push(BackendConfig::ZfsDataset {
+            pool: "tank".into(),
+            parent_dataset: Some("files".into()),
+        });
+        assert!(c.validate().is_ok(), "one pool holds zvols and filesystems");
+        c.backends.push(BackendConfig::ZfsDataset {
+            pool: "tank".into(),
+            parent_dataset: None,
+        });
+        let twice = c
+            .validate()
+            .expect_err("two filesystem backends of one pool");
+        assert!(twice.to_string().contains("configured twice"), "{twice}");
+        c.backends.truncate(1);
         c.name = Some("__".into());
         let e = c
             .validate()

@@ -128,7 +128,9 @@ pub enum Violation {
 /// written before the backend call has none).
 fn backend_name(record: &BackendRecord) -> (String, bool) {
     match record {
-        BackendRecord::Zvol { dataset, guid } => (dataset.clone(), guid.is_some()),
+        BackendRecord::Zvol { dataset, guid } | BackendRecord::Dataset { dataset, guid } => {
+            (dataset.clone(), guid.is_some())
+        }
         BackendRecord::Lv { vg, lv, lv_uuid } => (format!("{vg}/{lv}"), lv_uuid.is_some()),
     }
 }

@@ -76,6 +76,16 @@ pub enum BackendRecord {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         guid: Option<String>,
     },
+    /// A ZFS filesystem (a filesystem volume, exported over NFS).
+    Dataset {
+        /// Its full dataset name.
+        dataset: String,
+        /// The filesystem's GUID, pinned at creation: an export, resize or
+        /// removal checks it, so a filesystem renamed away and re-created
+        /// under the same name is never touched.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        guid: Option<String>,
+    },
     /// A logical volume.
     Lv {
         /// Volume group.
@@ -193,6 +203,7 @@ impl std::fmt::Display for BackendRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BackendRecord::Zvol { dataset, .. } => write!(f, "zvol {dataset}"),
+            BackendRecord::Dataset { dataset, .. } => write!(f, "filesystem {dataset}"),
             BackendRecord::Lv { vg, lv, .. } => write!(f, "logical volume {vg}/{lv}"),
         }
     }

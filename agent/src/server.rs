@@ -2,9 +2,9 @@
 //! from the marks, resync periodically, and serve gRPC (mTLS or, in a lab,
 //! plaintext) until SIGTERM or SIGINT.
 use crate::{
-    backend::{Backend, LvmBackend, ZfsBackend},
+    backend::{Backend, DatasetBackend, LvmBackend, ZfsBackend},
     config::{AgentConfig, BackendConfig},
-    export::{host_name, Exporter, LioExporter, NvmetExporter, TargetNames},
+    export::{host_name, Exporter, LioExporter, NfsExporter, NvmetExporter, TargetNames},
     grpc::AgentGrpc,
     imported_keys::ImportedKeys,
     marks::MarkStore,
@@ -47,26 +47,22 @@ pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, Serv
                 pool,
                 parent_dataset,
             } => {
-                let handle = match &zfs {
-                    Some(h) => Arc::clone(h),
-                    None => {
-                        let started = std::time::Instant::now();
-                        let h = Arc::new(
-                            sys::zfs::Zfs::open()
-                                .map_err(|e| ServeError::Startup(e.to_string()))?,
-                        );
-                        info!(userland = %h.versions().userland, kernel = %h.versions().kernel,
-                            open_ms = started.elapsed().as_millis() as u64, "ZFS opened");
-                        zfs = Some(Arc::clone(&h));
-                        h
-                    }
-                };
+                let handle = zfs_handle(&mut zfs)?;
                 let keys = ImportedKeys::open(&config.state_dir)
                     .map_err(|e| ServeError::Startup(format!("sealed keys: {e}")))?;
                 let backend =
                     ZfsBackend::new(handle, pool, parent_dataset.as_deref(), keks.clone())
                         .map_err(|e| ServeError::Startup(e.to_string()))?
                         .with_imported_keys(keys);
+                backends.push(Arc::new(backend));
+            }
+            BackendConfig::ZfsDataset {
+                pool,
+                parent_dataset,
+            } => {
+                let backend =
+                    DatasetBackend::new(zfs_handle(&mut zfs)?, pool, parent_dataset.as_deref())
+                        .map_err(|e| ServeError::Startup(e.to_string()))?;
                 backends.push(Arc::new(backend));
             }
             BackendConfig::Lvm {
@@ -89,6 +85,19 @@ pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, Serv
         }
     }
     Ok(backends)
+}
+
+/// The one libzfs handle of the agent's ZFS backends, opened by the first.
+fn zfs_handle(opened: &mut Option<Arc<sys::zfs::Zfs>>) -> Result<Arc<sys::zfs::Zfs>, ServeError> {
+    if let Some(h) = opened {
+        return Ok(Arc::clone(h));
+    }
+    let started = std::time::Instant::now();
+    let h = Arc::new(sys::zfs::Zfs::open().map_err(|e| ServeError::Startup(e.to_string()))?);
+    info!(userland = %h.versions().userland, kernel = %h.versions().kernel,
+        open_ms = started.elapsed().as_millis() as u64, "ZFS opened");
+    *opened = Some(Arc::clone(&h));
+    Ok(h)
 }
 
 /// The key-encryption keys of `config`, read once; `None` without
@@ -186,6 +195,17 @@ pub fn build(config: &AgentConfig, backends: Vec<Arc<dyn Backend>>) -> Result<Ag
     match lio::Lio::open() {
         Ok(target) => exporters.push(Arc::new(LioExporter::new(target, config.iscsi, names))),
         Err(e) => warn!(error = %e, "iSCSI exports unavailable"),
+    }
+    // Filesystem volumes only: NFS is offered when a backend holds them.
+    if backends
+        .iter()
+        .any(|b| b.kind() == crate::backend::BackendKind::Dataset)
+    {
+        let nfs = NfsExporter::new(config.nfs);
+        if let Err(e) = nfs.health() {
+            warn!(error = %e, "NFS exports will fail until the kernel NFS server runs");
+        }
+        exporters.push(Arc::new(nfs));
     }
     let agent = Agent::new(backends, exporters, marks);
     match (

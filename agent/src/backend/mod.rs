@@ -9,14 +9,16 @@ pub enum BackendKind {
     Zvol,
     /// LVM logical volumes.
     Lvm,
+    /// ZFS filesystems (datasets): filesystem volumes, exported over NFS.
+    Dataset,
 }
 
 /// A volume as the backend sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeState {
-    /// Size in bytes.
+    /// Size in bytes (a filesystem's quota).
     pub capacity_bytes: u64,
-    /// The block device node.
+    /// The block device node; for a filesystem, where it is mounted.
     pub device_path: PathBuf,
 }
 
@@ -212,8 +214,10 @@ pub trait Snapshots: Send + Sync {
     fn retain(&self, at: &BackendRecord) -> Result<(), AgentError>;
 }
 
+mod dataset;
 mod lvm;
 mod zfs;
 
+pub use dataset::DatasetBackend;
 pub use lvm::LvmBackend;
 pub use zfs::ZfsBackend;

@@ -1,15 +1,18 @@
-//! Exports behind one small trait: NVMe/TCP through nvmet, iSCSI through LIO.
+//! Exports behind one small trait: NVMe/TCP through nvmet, iSCSI through
+//! LIO, NFS through the kernel NFS server.
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use std::path::Path;
 
 mod identity;
 mod iscsi;
 mod names;
+mod nfs;
 mod nvmeof;
 
 pub use identity::StableIdentity;
 pub use iscsi::LioExporter;
 pub use names::{host_name, TargetNames, IQN_PREFIX, NQN_PREFIX};
+pub use nfs::{NfsExporter, EXPORTS_DIR};
 pub use nvmeof::NvmetExporter;
 
 /// A transport protocol.
@@ -19,6 +22,8 @@ pub enum Protocol {
     NvmeofTcp,
     /// iSCSI.
     Iscsi,
+    /// NFS (filesystem volumes).
+    Nfs,
 }
 
 impl Protocol {
@@ -27,6 +32,7 @@ impl Protocol {
         match self {
             Protocol::NvmeofTcp => "nvmeof-tcp",
             Protocol::Iscsi => "iscsi",
+            Protocol::Nfs => "nfs",
         }
     }
 
@@ -35,6 +41,7 @@ impl Protocol {
         match s {
             "nvmeof-tcp" => Some(Protocol::NvmeofTcp),
             "iscsi" => Some(Protocol::Iscsi),
+            "nfs" => Some(Protocol::Nfs),
             _ => None,
         }
     }
@@ -43,7 +50,7 @@ impl Protocol {
 /// Where initiators find an export.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportInfo {
-    /// Subsystem NQN or target IQN.
+    /// Subsystem NQN or target IQN; an NFS export's path.
     pub target_id: String,
     /// Listen address and port.
     pub listener: Listener,

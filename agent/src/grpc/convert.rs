@@ -14,6 +14,7 @@ pub(crate) fn backend_kind(value: i32) -> Result<Option<BackendKind>, AgentError
         Ok(pb::BackendType::Unspecified) => Ok(None),
         Ok(pb::BackendType::ZfsZvol) => Ok(Some(BackendKind::Zvol)),
         Ok(pb::BackendType::Lvm) => Ok(Some(BackendKind::Lvm)),
+        Ok(pb::BackendType::ZfsDataset) => Ok(Some(BackendKind::Dataset)),
         Err(_) => Err(AgentError::InvalidArgument(format!(
             "backend_type {value} is not a known BackendType"
         ))),
@@ -24,6 +25,7 @@ pub(crate) fn backend_type(kind: BackendKind) -> pb::BackendType {
     match kind {
         BackendKind::Zvol => pb::BackendType::ZfsZvol,
         BackendKind::Lvm => pb::BackendType::Lvm,
+        BackendKind::Dataset => pb::BackendType::ZfsDataset,
     }
 }
 
@@ -31,8 +33,9 @@ pub(crate) fn protocol(value: i32) -> Result<Protocol, AgentError> {
     match pb::ProtocolType::try_from(value) {
         Ok(pb::ProtocolType::NvmeofTcp) => Ok(Protocol::NvmeofTcp),
         Ok(pb::ProtocolType::Iscsi) => Ok(Protocol::Iscsi),
+        Ok(pb::ProtocolType::Nfs) => Ok(Protocol::Nfs),
         Ok(pb::ProtocolType::Unspecified) => Err(AgentError::InvalidArgument(
-            "protocol_type is required (PROTOCOL_TYPE_NVMEOF_TCP or PROTOCOL_TYPE_ISCSI)".into(),
+            "protocol_type is required (PROTOCOL_TYPE_NVMEOF_TCP, PROTOCOL_TYPE_ISCSI or PROTOCOL_TYPE_NFS)".into(),
         )),
         Err(_) => Err(AgentError::InvalidArgument(format!(
             "protocol_type {value} is not a known ProtocolType"
@@ -44,6 +47,7 @@ pub(crate) fn protocol_type(p: Protocol) -> pb::ProtocolType {
     match p {
         Protocol::NvmeofTcp => pb::ProtocolType::NvmeofTcp,
         Protocol::Iscsi => pb::ProtocolType::Iscsi,
+        Protocol::Nfs => pb::ProtocolType::Nfs,
     }
 }
 

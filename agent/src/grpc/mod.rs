@@ -126,6 +126,9 @@ impl AgentService for AgentGrpc {
             .map(|v| {
                 let kind = match &v.mark.backend {
                     Some(crate::marks::BackendRecord::Zvol { .. }) => pb::BackendType::ZfsZvol,
+                    Some(crate::marks::BackendRecord::Dataset { .. }) => {
+                        pb::BackendType::ZfsDataset
+                    }
                     Some(crate::marks::BackendRecord::Lv { .. }) => pb::BackendType::Lvm,
                     None => pb::BackendType::Unspecified,
                 };
@@ -173,6 +176,7 @@ impl AgentService for AgentGrpc {
             let name = match e.protocol() {
                 Protocol::NvmeofTcp => "nvmet",
                 Protocol::Iscsi => "lio",
+                Protocol::Nfs => "nfsd",
             };
             let e = e.clone();
             push(
@@ -187,6 +191,7 @@ impl AgentService for AgentGrpc {
             let prefix = match b.kind() {
                 BackendKind::Zvol => "zfs",
                 BackendKind::Lvm => "lvm",
+                BackendKind::Dataset => "zfs-dataset",
             };
             let name = format!("{prefix}:{}", b.pool());
             let b = b.clone();

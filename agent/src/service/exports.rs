@@ -49,6 +49,26 @@ pub(crate) fn check_chap(protocol: Protocol, record: &ExportRecord) -> Result<()
     Ok(())
 }
 
+/// Refuses a transport the volume cannot be served over: a filesystem
+/// over NFS only, a block volume over NVMe/TCP or iSCSI only.
+fn check_transport(
+    id: &VolumeId,
+    location: &BackendRecord,
+    protocol: Protocol,
+) -> Result<(), AgentError> {
+    let filesystem = matches!(location, BackendRecord::Dataset { .. });
+    match (filesystem, protocol == Protocol::Nfs) {
+        (true, false) => Err(AgentError::InvalidArgument(format!(
+            "volume {id} is a filesystem: it is exported over nfs, not {}",
+            protocol.as_str()
+        ))),
+        (false, true) => Err(AgentError::InvalidArgument(format!(
+            "volume {id} is a block volume: it is exported over nvmeof-tcp or iscsi, not nfs"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 impl Agent {
     fn check_initiators<'a>(
         &self,
@@ -200,6 +220,7 @@ impl Agent {
         let started = Instant::now();
         let mut txn = self.begin(&id, token.as_ref(), Call::Other).await?;
         let location = recorded(&id, &txn.mark)?;
+        check_transport(&id, &location, protocol)?;
         let device = self.device_path_of(&id, &location).await?;
         let previous = txn.mark.exports.get(protocol.as_str()).cloned();
         // An export keeps the name it was made under (a legacy one too); a

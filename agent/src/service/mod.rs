@@ -158,10 +158,12 @@ impl Agent {
         id: &VolumeId,
         kind: Option<BackendKind>,
     ) -> Result<Arc<dyn Backend>, AgentError> {
-        let found = self
-            .backends
-            .iter()
-            .find(|b| b.pool() == id.pool())
+        // A pool may serve zvols and filesystems, each through a backend of
+        // its own: the kind asked for picks between them.
+        let serving = || self.backends.iter().filter(|b| b.pool() == id.pool());
+        let found = serving()
+            .find(|b| kind.is_none_or(|k| b.kind() == k))
+            .or_else(|| serving().next())
             .ok_or_else(|| {
                 AgentError::InvalidArgument(format!(
                     "volume {id}: no backend of this agent serves pool or volume group {:?}",
@@ -190,6 +192,10 @@ impl Agent {
             BackendRecord::Zvol { dataset, .. } => (
                 dataset.split('/').next().unwrap_or_default(),
                 BackendKind::Zvol,
+            ),
+            BackendRecord::Dataset { dataset, .. } => (
+                dataset.split('/').next().unwrap_or_default(),
+                BackendKind::Dataset,
             ),
             BackendRecord::Lv { vg, .. } => (vg.as_str(), BackendKind::Lvm),
         };

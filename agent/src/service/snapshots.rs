@@ -239,7 +239,7 @@ impl Agent {
             if txn.mark.snapshots.is_empty() && !txn.mark.retained {
                 return Ok(());
             }
-            let backend = self.backend(&id, None)?;
+            let backend = self.backend_of(&at, &id)?;
             let (b, a) = (backend.clone(), at.clone());
             let recorded: Vec<(String, bool)> = txn
                 .mark

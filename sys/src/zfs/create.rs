@@ -208,7 +208,29 @@ pub(super) fn translate_property(
     value: &str,
     nv: &mut NvList,
 ) -> Result<(), Error> {
-    translate(lib, ds, name, value, nv, false)
+    translate(lib, ds, name, value, nv, Target::Volume)
+}
+
+/// [`translate_property`] for a filesystem's create: refuses
+/// non-filesystem properties, and those its spec and its exports own
+/// (quotas and reservations, where and whether it mounts, shares).
+pub(super) fn translate_filesystem_property(
+    lib: &Libzfs,
+    ds: &str,
+    name: &str,
+    value: &str,
+    nv: &mut NvList,
+) -> Result<(), Error> {
+    translate(lib, ds, name, value, nv, Target::Filesystem)
+}
+
+/// What a property list is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Volume,
+    Filesystem,
+    /// A volume's encryption properties, set once at create.
+    Encryption,
 }
 
 /// Adds the encryption properties of an encrypted create
@@ -224,22 +246,24 @@ pub(super) fn translate_encryption(
 ) -> Result<(), Error> {
     for (name, value) in ENCRYPTED {
         if !(change && name == "encryption") {
-            translate(lib, ds, name, value, nv, true)?;
+            translate(lib, ds, name, value, nv, Target::Encryption)?;
         }
     }
     Ok(())
 }
 
-/// [`translate_property`]; `set_once` lets the read-only properties that
-/// are set at create (the encryption ones) through.
+/// [`translate_property`] for `target`; [`Target::Encryption`] lets the
+/// read-only properties that are set at create (the encryption ones)
+/// through.
 fn translate(
     lib: &Libzfs,
     ds: &str,
     name: &str,
     value: &str,
     nv: &mut NvList,
-    set_once: bool,
+    target: Target,
 ) -> Result<(), Error> {
+    let set_once = target == Target::Encryption;
     let invalid = |why: String| Error::InvalidProperty {
         dataset: ds.to_owned(),
         property: name.to_owned(),
@@ -262,20 +286,17 @@ fn translate(
         return Err(invalid("no such property".into()));
     };
     let info = lib.prop_info(prop);
-    if matches!(
-        info.name.as_str(),
-        "volsize" | "volblocksize" | "refreservation" | "reservation"
-    ) {
-        return Err(invalid(format!(
-            "{} follows from the size, block size and provisioning",
-            info.name
-        )));
+    if let Some(why) = owned_by_spec(&info.name, target) {
+        return Err(invalid(format!("{} {why}", info.name)));
+    }
+    if target == Target::Filesystem && !info.valid_for_filesystem {
+        return Err(invalid("does not apply to filesystems".into()));
+    }
+    if target != Target::Filesystem && !info.valid_for_volume {
+        return Err(invalid("does not apply to volumes".into()));
     }
     if info.readonly && !(set_once && ENCRYPTION_PROPERTIES.contains(&info.name.as_str())) {
         return Err(invalid("read-only".into()));
-    }
-    if !info.valid_for_volume {
-        return Err(invalid("does not apply to volumes".into()));
     }
     match info.kind {
         PropKind::String => nv.add_string(&info.name, value),
@@ -301,6 +322,26 @@ fn translate(
         }
     }
     .map_err(|e| kernel(ds, "create", e))
+}
+
+/// Why a property may not be given for a create of `target`: the spec's
+/// fields or the caller own it. `None`: it may.
+fn owned_by_spec(name: &str, target: Target) -> Option<&'static str> {
+    match (name, target) {
+        ("volsize" | "volblocksize" | "refreservation" | "reservation", Target::Volume) => {
+            Some("follows from the size, block size and provisioning")
+        }
+        ("refquota" | "quota" | "refreservation" | "reservation", Target::Filesystem) => {
+            Some("follows from the filesystem's capacity (its refquota)")
+        }
+        ("mountpoint" | "canmount", Target::Filesystem) => {
+            Some("is inherited: the filesystem mounts below its parent's mountpoint")
+        }
+        ("sharenfs" | "sharesmb", Target::Filesystem) => {
+            Some("is not used: exports are made by their caller, not by ZFS")
+        }
+        _ => None,
+    }
 }
 
 /// User property rules ZFS enforces: name under 256 bytes, value under

@@ -46,6 +46,7 @@ mod create;
 mod crypto;
 mod error;
 mod ffi;
+mod filesystems;
 pub mod floor;
 mod nodes;
 mod packed;
@@ -58,6 +59,7 @@ pub use api::names::zfs::{
 };
 pub use crypto::{KeyStatus, RawKey};
 pub use error::Error;
+pub use filesystems::{FilesystemSpec, FilesystemStats};
 pub use types::{
     release_of, versions_match, DatasetInfo, DatasetType, PoolCapacity, Provisioning, SnapshotInfo,
     Versions, VolumeStats, ZvolSpec,

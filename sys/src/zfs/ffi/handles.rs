@@ -141,6 +141,31 @@ impl Dataset<'_> {
         }
     }
 
+    /// `zfs_mount` at the dataset's `mountpoint`, with no extra options
+    /// (`zfs mount`).
+    pub fn mount(&self, lib: &Libzfs) -> Result<(), LibzfsError> {
+        // SAFETY: live handle opened through lib; NULL options are none.
+        let rc = unsafe { z::zfs_mount(self.ptr(), ptr::null(), 0) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(lib.last_error())
+        }
+    }
+
+    /// `zfs_unmount` of the dataset wherever it is mounted, not forced
+    /// (`zfs unmount`): a busy mount is refused.
+    pub fn unmount(&self, lib: &Libzfs) -> Result<(), LibzfsError> {
+        // SAFETY: live handle opened through lib; a NULL mountpoint is the
+        // dataset's own.
+        let rc = unsafe { z::zfs_unmount(self.ptr(), ptr::null(), 0) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(lib.last_error())
+        }
+    }
+
     /// `zfs_prop_inherit` of one property (`zfs inherit`): a value set on
     /// this dataset goes; a user property then shows its parent's, if any.
     pub fn inherit_prop(&self, lib: &Libzfs, name: &CStr) -> Result<(), LibzfsError> {

@@ -158,6 +158,11 @@ impl Libzfs {
                     z::ZFS_TYPE_VOLUME,
                     z::B_FALSE,
                 ) != z::B_FALSE,
+                valid_for_filesystem: z::zfs_prop_valid_for_type(
+                    prop.0,
+                    z::ZFS_TYPE_FILESYSTEM,
+                    z::B_FALSE,
+                ) != z::B_FALSE,
                 default: z::zfs_prop_default_numeric(prop.0),
             }
         }
@@ -209,6 +214,10 @@ impl Prop {
     pub const ORIGIN: Prop = Prop(z::ZFS_PROP_ORIGIN);
     pub const CREATION: Prop = Prop(z::ZFS_PROP_CREATION);
     pub const DEFER_DESTROY: Prop = Prop(z::ZFS_PROP_DEFER_DESTROY);
+    pub const REFQUOTA: Prop = Prop(z::ZFS_PROP_REFQUOTA);
+    pub const REFERENCED: Prop = Prop(z::ZFS_PROP_REFERENCED);
+    pub const MOUNTED: Prop = Prop(z::ZFS_PROP_MOUNTED);
+    pub const MOUNTPOINT: Prop = Prop(z::ZFS_PROP_MOUNTPOINT);
 }
 
 /// The kind of a property's value.
@@ -226,5 +235,6 @@ pub(crate) struct PropInfo {
     pub kind: PropKind,
     pub readonly: bool,
     pub valid_for_volume: bool,
+    pub valid_for_filesystem: bool,
     pub default: u64,
 }
