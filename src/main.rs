@@ -94,6 +94,12 @@ struct AgentArgs {
     /// iSCSI port.
     #[arg(long)]
     iscsi_port: Option<u16>,
+    /// Address NFS clients reach the kernel NFS server at (filesystem volumes).
+    #[arg(long)]
+    nfs_address: Option<IpAddr>,
+    /// The kernel NFS server's port.
+    #[arg(long)]
+    nfs_port: Option<u16>,
     /// Seconds between resyncs of exports from the fence marks (0: never).
     #[arg(long)]
     resync_interval_seconds: Option<u64>,
@@ -138,6 +144,8 @@ fn agent_config(args: AgentArgs) -> Result<AgentConfig, String> {
     c.nvmeof.port = args.nvmeof_port.unwrap_or(c.nvmeof.port);
     c.iscsi.address = args.iscsi_address.unwrap_or(c.iscsi.address);
     c.iscsi.port = args.iscsi_port.unwrap_or(c.iscsi.port);
+    c.nfs.address = args.nfs_address.unwrap_or(c.nfs.address);
+    c.nfs.port = args.nfs_port.unwrap_or(c.nfs.port);
     c.resync_interval_seconds = args
         .resync_interval_seconds
         .unwrap_or(c.resync_interval_seconds);

@@ -7,8 +7,9 @@
 //! looks.
 
 /// The files whose refusals the guides document, with their names for messages.
-const SOURCES: [(&str, &str); 15] = [
+const SOURCES: [(&str, &str); 16] = [
     ("backend/zfs.rs", include_str!("backend/zfs.rs")),
+    ("backend/dataset.rs", include_str!("backend/dataset.rs")),
     ("backend/lvm.rs", include_str!("backend/lvm.rs")),
     ("adopt.rs", include_str!("adopt.rs")),
     ("service/adoption.rs", include_str!("service/adoption.rs")),
@@ -45,7 +46,8 @@ const RULES: [(&str, &str); 2] = [
 const RULE_MARKERS: [&str; 2] = ["Err(", "differs("];
 
 /// The guides that hold the agent's refusal tables.
-const GUIDES: [(&str, &str); 4] = [
+const GUIDES: [(&str, &str); 5] = [
+    ("docs/install.md", include_str!("../../docs/install.md")),
     (
         "docs/import-zvol.md",
         include_str!("../../docs/import-zvol.md"),

@@ -111,6 +111,14 @@ pub enum AdoptedSource {
         /// The dataset that was named in the import.
         dataset: String,
     },
+    /// An adopted ZFS filesystem, always preserved: the pin outlives
+    /// every lifecycle (the filesystem's GUID is pinned in the backend
+    /// record of each).
+    #[serde(rename_all = "camelCase")]
+    Dataset {
+        /// The filesystem that was named in the import.
+        dataset: String,
+    },
     /// An adopted LV, its identity and policy pinned. The pin of a
     /// PreserveOriginal LV outlives every lifecycle.
     #[serde(rename_all = "camelCase")]
@@ -129,14 +137,15 @@ pub enum AdoptedSource {
 }
 
 impl AdoptedSource {
-    /// Whether the original must be preserved (a PreserveOriginal LV).
+    /// Whether the original must be preserved (a PreserveOriginal LV, an
+    /// adopted filesystem).
     pub fn preserves(&self) -> bool {
         matches!(
             self,
             AdoptedSource::Lv {
                 preserve_original: true,
                 ..
-            }
+            } | AdoptedSource::Dataset { .. }
         )
     }
 }

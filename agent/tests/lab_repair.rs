@@ -36,6 +36,7 @@ fn record(protocol: Protocol) -> ExportRecord {
     let initiator = match protocol {
         Protocol::NvmeofTcp => HOST_NQN,
         Protocol::Iscsi => INITIATOR,
+        Protocol::Nfs => "127.0.0.1",
     };
     ExportRecord {
         acl: true,

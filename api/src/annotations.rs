@@ -19,6 +19,9 @@ use std::fmt;
 
 /// The annotation naming a zvol to import.
 pub const IMPORT_ZVOL_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-zvol";
+/// The annotation naming a ZFS filesystem to adopt (the
+/// `files.pillar-csi.bhyoo.com` driver's).
+pub const IMPORT_ZFS_DATASET_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-zfs-dataset";
 /// The annotation naming an LV to adopt, with its UUIDs.
 pub const IMPORT_LV_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-lv";
 /// The annotation choosing the adopted LV's policy.
@@ -45,7 +48,17 @@ pub struct InvalidAnnotation(pub String);
 /// a ZFS name. Returns the dataset, or the spec's message for the first rule
 /// broken (the value is quoted in the message).
 pub fn parse_import_zvol(value: &str) -> Result<DatasetName, InvalidAnnotation> {
-    let a = IMPORT_ZVOL_ANNOTATION;
+    parse_dataset(IMPORT_ZVOL_ANNOTATION, value)
+}
+
+/// Checks an `import-zfs-dataset` value by the rules of
+/// [`parse_import_zvol`], its messages naming that annotation.
+pub fn parse_import_zfs_dataset(value: &str) -> Result<DatasetName, InvalidAnnotation> {
+    parse_dataset(IMPORT_ZFS_DATASET_ANNOTATION, value)
+}
+
+/// A dataset below a pool named by the annotation `a`.
+fn parse_dataset(a: &str, value: &str) -> Result<DatasetName, InvalidAnnotation> {
     if value.is_empty() {
         return Err(InvalidAnnotation(format!(
             "unsupported PVC annotation {a:?}: value must name a ZFS dataset as {ZVOL_FORM}, got empty"

@@ -3,7 +3,10 @@
 //!
 //! - [`zfs`]: zvols, snapshots, clones, properties and pool capacity through
 //!   libzfs_core and libzfs (no `zfs`/`zpool` process).
+//! - [`zfs`] also makes, mounts and bounds filesystems (`refquota`).
 //! - [`lvm`]: LVM through liblvm2cmd, in-process, on one worker thread.
+//! - [`nfsd`]: flushing the kernel NFS server's caches of exports and
+//!   clients.
 //! - [`udev`]: waiting for a device node that udev creates.
 //! - [`blkid`]: a read-only filesystem and partition-table signature probe
 //!   through libblkid.
@@ -47,5 +50,6 @@ pub mod blkid;
 pub mod block;
 pub mod fsgrow;
 pub mod lvm;
+pub mod nfsd;
 pub mod udev;
 pub mod zfs;

@@ -1,10 +1,16 @@
 //! ZFS filesystems (datasets) under `pool[/parentDataset]`, each bounded by
 //! its `refquota`, through `sys::zfs`: the filesystem volumes exported
 //! over NFS.
-use super::{Backend, BackendKind, Capacity, CreateOptions, VolumeState};
-use crate::{error::AgentError, marks::BackendRecord, volume::VolumeId};
-use std::sync::Arc;
-use sys::zfs::{DatasetName, FilesystemSpec, FilesystemStats, Zfs};
+use super::{Backend, BackendKind, Capacity, CreateOptions, ImportSource, VolumeState};
+use crate::{adopt::refused, error::AgentError, marks::BackendRecord, volume::VolumeId};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+use sys::zfs::{DatasetName, DatasetType, FilesystemSpec, FilesystemStats, Zfs};
+
+/// How long a busy filesystem's unmount is tried again.
+const UNMOUNT_GRACE: Duration = Duration::from_secs(20);
 
 /// One backend of filesystems: those exactly one level under its parent
 /// dataset, which must mount (a `mountpoint` that is a path).
@@ -88,6 +94,27 @@ impl DatasetBackend {
             capacity_bytes: stats.refquota,
             device_path,
         })
+    }
+
+    /// Unmounts the filesystem, not forced: one still in use (a process
+    /// in it, an export) is refused and stays mounted. The NFS server's
+    /// caches hold the mount of a filesystem a client used until they
+    /// expire, its export gone or not: when the unmount is busy they are
+    /// purged and it is tried again, for up to [`UNMOUNT_GRACE`].
+    fn unmount(&self, name: &DatasetName) -> Result<(), AgentError> {
+        let start = Instant::now();
+        loop {
+            match self.zfs.unmount(name) {
+                Err(sys::zfs::Error::Busy { .. }) if start.elapsed() < UNMOUNT_GRACE => {
+                    let left = UNMOUNT_GRACE.saturating_sub(start.elapsed());
+                    if let Err(e) = sys::nfsd::purge_caches(left) {
+                        tracing::warn!(filesystem = %name, error = %e, "could not purge the NFS server's caches for the unmount");
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+                other => return other.map_err(AgentError::from),
+            }
+        }
     }
 
     fn record(name: &DatasetName, guid: u64) -> BackendRecord {
@@ -181,9 +208,7 @@ impl Backend for DatasetBackend {
         if self.identified(&name, at)?.is_none() {
             return Ok(());
         }
-        // Not forced: a filesystem still in use (exported, a process in
-        // it) is refused, and stays mounted.
-        self.zfs.unmount(&name)?;
+        self.unmount(&name)?;
         if let Err(e) = self.zfs.destroy(&name) {
             // Refused (snapshots, children): it stays as it was, mounted.
             if let Err(again) = self.zfs.mount(&name) {
@@ -209,6 +234,20 @@ impl Backend for DatasetBackend {
         Ok(self.zfs.filesystem_stats(&name)?.refquota)
     }
 
+    fn import(
+        &self,
+        id: &VolumeId,
+        source: &ImportSource,
+        bytes: u64,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        match source {
+            ImportSource::Dataset { dataset } => self.adopt(id, dataset, bytes),
+            _ => Err(AgentError::InvalidArgument(format!(
+                "volume {id}: a ZFS dataset backend imports filesystems only (import_zfs_dataset)"
+            ))),
+        }
+    }
+
     fn capacity(&self) -> Result<Capacity, AgentError> {
         let c = self.zfs.pool_capacity(&self.pool)?;
         Ok(Capacity {
@@ -216,5 +255,90 @@ impl Backend for DatasetBackend {
             available_bytes: c.free,
             used_bytes: c.allocated,
         })
+    }
+}
+
+impl DatasetBackend {
+    /// Adopts the existing filesystem `raw` names for `id` after read-only
+    /// checks, each refusal a FAILED_PRECONDITION naming what to change:
+    /// layout, existence, type, the exact quota prerequisite (its
+    /// `refquota` equals the requested capacity), no ZFS share, no child
+    /// datasets, a mountpoint. Nothing is set, resized or destroyed; a
+    /// filesystem not mounted is mounted where its `mountpoint` says.
+    fn adopt(
+        &self,
+        id: &VolumeId,
+        raw: &str,
+        bytes: u64,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        let named = api::annotations::parse_import_zfs_dataset(raw)
+            .map_err(|e| AgentError::InvalidArgument(format!("volume {id}: {e}")))?;
+        let resolved = Self::dataset(&self.locate(id)?)?;
+        if named.pool() == self.pool && named.parent().as_ref() != Some(&self.parent) {
+            let requested = named.parent().map(|p| p.to_string()).unwrap_or_default();
+            return Err(AgentError::FailedPrecondition(format!(
+                "volume {id}: requested ZFS parent dataset {requested} does not match the agent backend's configured ZFS parent dataset {}",
+                self.parent
+            )));
+        }
+        if named != resolved {
+            return Err(refused(
+                id,
+                format!("layout: expected dataset {named} does not match the resolved dataset {resolved}"),
+            ));
+        }
+        if !self.zfs.exists(named.as_str()) {
+            return Err(refused(
+                id,
+                format!("missing: dataset {named} does not exist"),
+            ));
+        }
+        let kind = self.zfs.dataset_type(&named)?;
+        if kind != DatasetType::Filesystem {
+            return Err(refused(
+                id,
+                format!("wrong type: dataset {named} has type {kind}, only ZFS filesystems can be imported"),
+            ));
+        }
+        let stats = self.zfs.filesystem_stats(&named)?;
+        if stats.refquota == 0 {
+            return Err(refused(
+                id,
+                format!("quota: filesystem {named} has no refquota; set refquota={bytes} (the requested capacity) first: import never sets a quota"),
+            ));
+        }
+        if stats.refquota != bytes {
+            return Err(refused(
+                id,
+                format!(
+                    "quota: filesystem {named} has refquota {} bytes, requested capacity is {bytes} bytes; they must be equal: import never changes a quota",
+                    stats.refquota
+                ),
+            ));
+        }
+        for share in ["sharenfs", "sharesmb"] {
+            let value = self.zfs.property(&named, share)?.unwrap_or_default();
+            if value != "off" {
+                return Err(refused(
+                    id,
+                    format!("shared: filesystem {named} has {share}={value}; ZFS would serve it to clients the fence does not know: set {share}=off first"),
+                ));
+            }
+        }
+        let children = self.zfs.child_datasets(&named)?;
+        if !children.is_empty() {
+            return Err(refused(
+                id,
+                format!(
+                    "children: filesystem {named} has child datasets {}; only a filesystem without children can be imported",
+                    children.join(", ")
+                ),
+            ));
+        }
+        let state = self.mounted(&named, &stats).map_err(|e| match e {
+            AgentError::InvalidArgument(why) => refused(id, format!("mountpoint: {why}")),
+            other => other,
+        })?;
+        Ok((Self::record(&named, stats.guid), state))
     }
 }

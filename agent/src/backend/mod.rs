@@ -54,6 +54,12 @@ pub enum ImportSource {
         /// The key of an encrypted zvol, as its owner's Secret holds it.
         key: Option<ImportKey>,
     },
+    /// A ZFS filesystem, by its full dataset name as the request gave it
+    /// (checked by the backend); always preserved.
+    Dataset {
+        /// `<pool>[/<parent>]/<name>`.
+        dataset: String,
+    },
     /// An LV, its identity and policy to pin.
     Lv {
         /// Names and UUIDs.

@@ -22,7 +22,7 @@ use std::{
     net::IpAddr,
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    sync::Mutex,
+    sync::{Condvar, Mutex},
     time::{Duration, Instant},
 };
 
@@ -44,24 +44,50 @@ const REMOVING: &str = ".removing";
 pub struct NfsExporter {
     listener: Listener,
     dir: PathBuf,
-    exportfs: PathBuf,
-    /// One `exportfs -r` at a time: each applies every file.
-    applying: Mutex<()>,
+    /// The program that applies the files (`exportfs`), with any leading
+    /// arguments; `-r` follows them.
+    exportfs: Vec<String>,
+    /// The runs of `exportfs -r`, shared by the callers that wait for one.
+    runs: Mutex<Runs>,
+    /// Signalled when a run ends.
+    ran: Condvar,
+}
+
+/// One `exportfs -r` at a time, and each covers every caller that asked
+/// before it started (it reads every file): callers that arrive while one
+/// runs wait for the next, which one of them starts for all.
+#[derive(Debug)]
+struct Runs {
+    /// Tickets handed out, one per caller.
+    asked: u64,
+    /// The highest ticket a finished run covered.
+    covered: u64,
+    /// Whether a run is in progress.
+    running: bool,
+    /// The result of the last finished run (its error's message).
+    last: Result<(), String>,
 }
 
 impl NfsExporter {
     /// Exports listed in `/etc/exports.d`, served at `listener`.
     pub fn new(listener: Listener) -> Self {
-        Self::with_dir(listener, EXPORTS_DIR.into(), "exportfs".into())
+        Self::with_dir(listener, EXPORTS_DIR.into(), vec!["exportfs".into()])
     }
 
-    /// Exports listed in `dir`, applied by the program `exportfs`.
-    pub fn with_dir(listener: Listener, dir: PathBuf, exportfs: PathBuf) -> Self {
+    /// Exports listed in `dir`, applied by the command `exportfs` (a
+    /// program and its leading arguments, to which `-r` is added).
+    pub fn with_dir(listener: Listener, dir: PathBuf, exportfs: Vec<String>) -> Self {
         Self {
             listener,
             dir,
             exportfs,
-            applying: Mutex::new(()),
+            runs: Mutex::new(Runs {
+                asked: 0,
+                covered: 0,
+                running: false,
+                last: Ok(()),
+            }),
+            ran: Condvar::new(),
         }
     }
 
@@ -70,10 +96,42 @@ impl NfsExporter {
         format!("{FILE_PREFIX}{}@{}.exports", volume.pool(), volume.name())
     }
 
-    /// Runs `exportfs -r`, so the kernel's table is every file's.
+    /// Makes the kernel's table every file's as they are now: waits for a
+    /// run of `exportfs -r` that starts after this call, starting it when
+    /// none does, and answers its result.
     fn apply(&self) -> Result<(), AgentError> {
-        let _one = self.applying.lock().unwrap_or_else(|e| e.into_inner());
-        let mut child = Command::new(&self.exportfs)
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.asked += 1;
+        let ticket = runs.asked;
+        loop {
+            if runs.covered >= ticket {
+                return runs.last.clone().map_err(AgentError::Unavailable);
+            }
+            if !runs.running {
+                break;
+            }
+            runs = self.ran.wait(runs).unwrap_or_else(|e| e.into_inner());
+        }
+        runs.running = true;
+        let covers = runs.asked;
+        drop(runs);
+        let result = self.run_exportfs();
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.running = false;
+        runs.covered = covers;
+        runs.last = result.as_ref().map(|_| ()).map_err(|e| e.to_string());
+        self.ran.notify_all();
+        result
+    }
+
+    /// Runs `exportfs -r` once, bounded by [`EXPORTFS_TIMEOUT`].
+    fn run_exportfs(&self) -> Result<(), AgentError> {
+        let (program, leading) = self
+            .exportfs
+            .split_first()
+            .ok_or_else(|| AgentError::Internal("NFS exports: no exportfs command".into()))?;
+        let mut child = Command::new(program)
+            .args(leading)
             .arg("-r")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -82,7 +140,7 @@ impl NfsExporter {
             .map_err(|e| {
                 AgentError::Unavailable(format!(
                     "NFS exports: cannot run {} (nfs-kernel-server's exportfs): {e}",
-                    self.exportfs.display()
+                    self.exportfs.join(" ")
                 ))
             })?;
         let started = Instant::now();
@@ -113,6 +171,16 @@ impl NfsExporter {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// Empties the kernel's export and client caches, so a removed client is
+/// not served from them and their references to the filesystem's mount go.
+fn flush_caches() -> Result<(), AgentError> {
+    sys::nfsd::flush_caches().map_err(|e| {
+        AgentError::Unavailable(format!(
+            "NFS exports: cannot flush the kernel's caches: {e}"
+        ))
+    })
 }
 
 /// The lines of a volume's exports file: `path` to each client.
@@ -194,13 +262,18 @@ impl Exporter for NfsExporter {
         let io = |e: std::io::Error| {
             AgentError::Internal(format!("NFS exports file {}: {e}", file.display()))
         };
-        if std::fs::read_to_string(&file).ok().as_deref() != Some(content.as_str()) {
+        let changed = std::fs::read_to_string(&file).ok().as_deref() != Some(content.as_str());
+        if changed {
             std::fs::create_dir_all(&self.dir).map_err(io)?;
             write_atomically(&file, &content).map_err(io)?;
         }
         // Applied every time: the file may be right and the kernel's table
         // not (a storage-node reboot, an admin's exportfs -u).
         self.apply()?;
+        if changed {
+            // A client removed from the file is not served from the caches.
+            flush_caches()?;
+        }
         Ok(ExportInfo {
             target_id: device.to_string_lossy().into_owned(),
             listener: self.listener,
@@ -238,6 +311,7 @@ impl Exporter for NfsExporter {
             return Ok(());
         }
         self.apply()?;
+        flush_caches()?;
         for name in recorded.into_iter().chain([own.as_str()]) {
             let removing = self.dir.join(format!("{name}{REMOVING}"));
             if let Err(e) = std::fs::remove_file(&removing) {
@@ -276,6 +350,8 @@ impl Exporter for NfsExporter {
 mod tests {
     use super::*;
 
+    type Result = std::result::Result<(), Box<dyn std::error::Error>>;
+
     fn record(clients: &[&str]) -> ExportRecord {
         ExportRecord {
             acl: true,
@@ -286,14 +362,13 @@ mod tests {
     }
 
     #[test]
-    fn a_line_per_client_and_odd_paths_refused() {
-        let id = VolumeId::parse("tank/pvc-1").unwrap();
+    fn a_line_per_client_and_odd_paths_refused() -> Result {
+        let id = VolumeId::parse("tank/pvc-1")?;
         let text = exports_file(
             &id,
             Path::new("/tank/k8s/pvc-1"),
             &record(&["10.0.0.2", "fd00::3"]),
-        )
-        .unwrap();
+        )?;
         let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(
             lines,
@@ -303,7 +378,9 @@ mod tests {
             ]
         );
         for bad in ["/a b", "relative", "/a#b", "/a\"b", "/a\\b", "/a\u{e9}"] {
-            let err = exports_file(&id, Path::new(bad), &record(&["10.0.0.2"])).unwrap_err();
+            let err = exports_file(&id, Path::new(bad), &record(&["10.0.0.2"]))
+                .err()
+                .ok_or("must be refused")?;
             assert!(
                 err.to_string().contains("cannot be exported over NFS"),
                 "{bad}: {err}"
@@ -311,12 +388,15 @@ mod tests {
         }
         let mut open = record(&[]);
         open.acl = false;
-        let err = exports_file(&id, Path::new("/tank/x"), &open).unwrap_err();
+        let err = exports_file(&id, Path::new("/tank/x"), &open)
+            .err()
+            .ok_or("must be refused")?;
         assert!(err.to_string().contains("acl_enabled"), "{err}");
+        Ok(())
     }
 
     #[test]
-    fn clients_are_single_addresses() {
+    fn clients_are_single_addresses() -> Result {
         let e = NfsExporter::new(Listener {
             address: IpAddr::from([127, 0, 0, 1]),
             port: 2049,
@@ -334,11 +414,57 @@ mod tests {
         ] {
             assert!(e.check_initiator(bad).is_err(), "{bad} must be refused");
         }
+        Ok(())
     }
 
     #[test]
-    fn a_volume_file_is_made_applied_and_removed() {
-        let dir = tempfile::tempdir().unwrap();
+    fn callers_at_once_share_the_runs_of_exportfs() -> Result {
+        let dir = tempfile::tempdir()?;
+        // A stand-in exportfs that counts its runs and ends once `go` is
+        // there (run by `sh`: a file written and then executed can fail
+        // with ETXTBSY while another test forks).
+        let counter = dir.path().join("runs");
+        let go = dir.path().join("go");
+        let script = dir.path().join("exportfs");
+        std::fs::write(
+            &script,
+            format!(
+                "echo run >> {}\nwhile [ ! -e {} ]; do sleep 0.01; done\n",
+                counter.display(),
+                go.display()
+            ),
+        )?;
+        let e = std::sync::Arc::new(NfsExporter::with_dir(
+            Listener {
+                address: IpAddr::from([127, 0, 0, 1]),
+                port: 2049,
+            },
+            dir.path().join("exports.d"),
+            vec!["sh".into(), script.display().to_string()],
+        ));
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let e = e.clone();
+                std::thread::spawn(move || e.apply())
+            })
+            .collect();
+        // Every caller has asked before the first run may end.
+        while e.runs.lock().map_err(|_| "poisoned")?.asked < 8 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::fs::write(&go, "")?;
+        for c in callers {
+            c.join().map_err(|_| "a caller panicked")??;
+        }
+        let runs = std::fs::read_to_string(&counter)?.lines().count();
+        // The first caller's run, then one run for all who came during it.
+        assert!((1..=2).contains(&runs), "8 callers at once, {runs} runs");
+        Ok(())
+    }
+
+    #[test]
+    fn a_volume_file_is_made_applied_and_removed() -> Result {
+        let dir = tempfile::tempdir()?;
         // `true` stands in for exportfs: this test is of the files.
         let e = NfsExporter::with_dir(
             Listener {
@@ -346,33 +472,30 @@ mod tests {
                 port: 2049,
             },
             dir.path().to_owned(),
-            "true".into(),
+            vec!["true".into()],
         );
-        let id = VolumeId::parse("tank/pvc-1").unwrap();
-        let info = e
-            .export(&id, Path::new("/tank/k8s/pvc-1"), &record(&["10.0.0.2"]))
-            .unwrap();
+        let id = VolumeId::parse("tank/pvc-1")?;
+        let info = e.export(&id, Path::new("/tank/k8s/pvc-1"), &record(&["10.0.0.2"]))?;
         assert_eq!(info.target_id, "/tank/k8s/pvc-1");
         let file = dir.path().join("pillar-csi@tank@pvc-1.exports");
-        assert!(std::fs::read_to_string(&file)
-            .unwrap()
-            .contains("10.0.0.2("));
-        e.unexport(&id, Some("pillar-csi@tank@pvc-1.exports"))
-            .unwrap();
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        assert!(std::fs::read_to_string(&file)?.contains("10.0.0.2("));
+        e.unexport(&id, Some("pillar-csi@tank@pvc-1.exports"))?;
+        assert_eq!(std::fs::read_dir(dir.path())?.count(), 0);
         // A crash after the rename: the retry applies and deletes.
         std::fs::write(
             dir.path().join("pillar-csi@tank@pvc-1.exports.removing"),
             "x",
-        )
-        .unwrap();
-        e.unexport(&id, None).unwrap();
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        )?;
+        e.unexport(&id, None)?;
+        assert_eq!(std::fs::read_dir(dir.path())?.count(), 0);
         // A failing exportfs is an error that says so.
-        let failing = NfsExporter::with_dir(e.listener, dir.path().to_owned(), "false".into());
+        let failing =
+            NfsExporter::with_dir(e.listener, dir.path().to_owned(), vec!["false".into()]);
         let err = failing
             .export(&id, Path::new("/tank/k8s/pvc-1"), &record(&["10.0.0.2"]))
-            .unwrap_err();
+            .err()
+            .ok_or("must be refused")?;
         assert!(err.to_string().contains("exportfs -r failed"), "{err}");
+        Ok(())
     }
 }

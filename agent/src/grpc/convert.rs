@@ -84,6 +84,17 @@ pub(crate) fn import_source(
             truncate(&r.volume_id)
         )));
     }
+    if !r.import_zfs_dataset.is_empty() {
+        if !r.import_zvol.is_empty() || r.import_lv.is_some() {
+            return Err(AgentError::InvalidArgument(format!(
+                "volume {}: set at most one of import_zvol, import_lv and import_zfs_dataset",
+                truncate(&r.volume_id)
+            )));
+        }
+        return Ok(Some(ImportSource::Dataset {
+            dataset: r.import_zfs_dataset.clone(),
+        }));
+    }
     match (&r.import_zvol, &r.import_lv) {
         (z, Some(_)) if !z.is_empty() => Err(AgentError::InvalidArgument(format!(
             "volume {}: set at most one of import_zvol and import_lv",

@@ -19,6 +19,10 @@ pub(crate) fn pinned_record(pin: &AdoptedSource) -> BackendRecord {
             dataset: dataset.clone(),
             guid: None,
         },
+        AdoptedSource::Dataset { dataset } => BackendRecord::Dataset {
+            dataset: dataset.clone(),
+            guid: None,
+        },
         AdoptedSource::Lv {
             vg, lv, lv_uuid, ..
         } => BackendRecord::Lv {
@@ -62,6 +66,9 @@ fn wanted_pin(source: &ImportSource) -> AdoptedSource {
         ImportSource::Zvol { dataset, .. } => AdoptedSource::Zvol {
             dataset: dataset.clone(),
         },
+        ImportSource::Dataset { dataset } => AdoptedSource::Dataset {
+            dataset: dataset.clone(),
+        },
         ImportSource::Lv { identity, policy } => AdoptedSource::Lv {
             vg: identity.vg.as_str().to_owned(),
             lv: identity.lv.as_str().to_owned(),
@@ -91,7 +98,15 @@ impl Agent {
                 // The release whose reply was lost: it is done.
                 return Ok(());
             }
-            if let Some(pin) = txn.mark.adopted.clone().filter(AdoptedSource::preserves) {
+            if let (Some(AdoptedSource::Dataset { .. }), Some(record)) =
+                (&txn.mark.adopted, txn.mark.backend.clone())
+            {
+                // The pinned filesystem (its GUID checked), then its exports
+                // removed; the filesystem stays as it is.
+                let b = backend.clone();
+                blocking(move || b.lookup(&record)).await?;
+                agent.unexport_all(&id, &txn.mark).await?;
+            } else if let Some(pin) = txn.mark.adopted.clone().filter(AdoptedSource::preserves) {
                 agent
                     .verify_preserved_idle(&id, &backend, &pin, &txn.mark)
                     .await?;
@@ -212,7 +227,7 @@ impl Agent {
                     return Ok(state);
                 }
             }
-            Some(pin @ AdoptedSource::Zvol { .. }) => {
+            Some(pin @ (AdoptedSource::Zvol { .. } | AdoptedSource::Dataset { .. })) => {
                 return Err(refused(format!(
                     "already imported from {}; the import source cannot be changed",
                     describe(pin)
@@ -244,12 +259,17 @@ impl Agent {
         let (record, state) = blocking(move || backend.import(&vid, &source, bytes)).await?;
         crate::crash::point("import-backend-done");
         // The spec's `blkid -p` signature probe, read-only and in-process.
-        // It refuses nothing: what it found is recorded with the pin.
-        let device = state.device_path.clone();
-        let probe = blocking(move || Ok(ProbeRecord::from(&sys::blkid::probe(&device)))).await?;
+        // It refuses nothing: what it found is recorded with the pin. A
+        // filesystem (a mounted directory) has no device to probe.
+        let probe = if matches!(record, BackendRecord::Dataset { .. }) {
+            None
+        } else {
+            let device = state.device_path.clone();
+            Some(blocking(move || Ok(ProbeRecord::from(&sys::blkid::probe(&device)))).await?)
+        };
         txn.mark.backend = Some(record);
         txn.mark.adopted = Some(wanted);
-        txn.mark.import_probe = Some(probe.clone());
+        txn.mark.import_probe = probe.clone();
         txn.commit().await?;
         info!(volume = %id, bytes = state.capacity_bytes, probe = ?probe, "existing volume adopted");
         Ok(state)

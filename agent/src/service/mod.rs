@@ -97,6 +97,7 @@ fn sized(id: &str, bytes: u64, field: &str) -> Result<VolumeId, AgentError> {
 fn describe(pin: &AdoptedSource) -> String {
     match pin {
         AdoptedSource::Zvol { dataset } => format!("zvol {dataset}"),
+        AdoptedSource::Dataset { dataset } => format!("filesystem {dataset}"),
         AdoptedSource::Lv {
             vg,
             lv,

@@ -69,6 +69,12 @@ impl Agent {
     ) -> Result<VolumeState, AgentError> {
         let started = Instant::now();
         let mut txn = self.begin(&id, token.as_ref(), Call::Other).await?;
+        if let Some(pin @ AdoptedSource::Dataset { .. }) = &txn.mark.adopted {
+            return Err(AgentError::FailedPrecondition(format!(
+                "cannot expand volume {id}: it is the adopted {}, which is never resized; raise its refquota yourself and import it again, or copy the data into a larger volume",
+                describe(pin)
+            )));
+        }
         if let Some(pin) = txn.mark.adopted.as_ref().filter(|p| p.preserves()) {
             return Err(AgentError::FailedPrecondition(format!(
                 "volume {id} is an adopted logical volume pinned as {}; a CreateVolume without that import_lv cannot use it",
@@ -261,7 +267,7 @@ impl Agent {
             txn.mark.fence = mark.fence.end(None);
             txn.mark.backend = None;
             txn.commit().await?;
-            info!(volume = %id, "lifecycle of a preserved volume ended; the logical volume stays");
+            info!(volume = %id, "lifecycle of a preserved volume ended; the volume stays");
             return Ok(());
         }
         let Some(record) = mark.backend.clone() else {

@@ -105,15 +105,22 @@ impl Zfs {
         })
     }
 
-    /// Unmounts the filesystem, not forced: a mount in use is refused.
-    /// One not mounted is left as it is.
+    /// Unmounts the filesystem, not forced: a mount in use is refused
+    /// ([`Error::Busy`]), and stays mounted. One not mounted is left as it
+    /// is.
     pub fn unmount(&self, name: &DatasetName) -> Result<(), Error> {
         let ds = name.as_str();
         self.with_open(ds, ffi::TYPE_FILESYSTEM, "unmount", |lib, d| {
-            if d.prop_u64(Prop::MOUNTED) == Some(1) {
-                d.unmount(lib).map_err(|e| libzfs(ds, "unmount", e))?;
+            if d.prop_u64(Prop::MOUNTED) != Some(1) {
+                return Ok(());
             }
-            Ok(())
+            d.unmount(lib).map_err(|e| match e.code {
+                ffi::EZFS_BUSY => Error::Busy {
+                    dataset: ds.to_owned(),
+                    op: "unmount",
+                },
+                _ => libzfs(ds, "unmount", e),
+            })
         })
     }
 
@@ -151,6 +158,19 @@ impl Zfs {
                 })
             },
         )
+    }
+
+    /// The datasets directly below `name` (filesystems and volumes), by
+    /// full name.
+    pub fn child_datasets(&self, name: &DatasetName) -> Result<Vec<String>, Error> {
+        let ds = name.as_str();
+        self.with_open(ds, ffi::TYPE_DATASET, "list children of", |_, d| {
+            Ok(d.children()
+                .map_err(|e| kernel(ds, "list children of", e))?
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect())
+        })
     }
 
     /// Grows a filesystem's `refquota` to `bytes`. A smaller quota than

@@ -37,6 +37,8 @@ pub(crate) const TYPE_SNAPSHOT: c_int = z::ZFS_TYPE_SNAPSHOT as c_int;
 pub(crate) const TYPE_VOLUME: c_int = z::ZFS_TYPE_VOLUME as c_int;
 /// A filesystem or a volume (not a snapshot), for `zfs_open`.
 pub(crate) const TYPE_DATASET: c_int = TYPE_FILESYSTEM | TYPE_VOLUME;
+/// libzfs's "pool or dataset is busy".
+pub(crate) const EZFS_BUSY: i32 = z::EZFS_BUSY as i32;
 
 impl Libzfs {
     /// `libzfs_init`; on failure the OS error it left in errno.
