@@ -1,35 +1,13 @@
 //! `sys::zfs` filesystems against the real ZFS of the kernel lab (`make lab
 //! FILTER=zfs_fs_lab`), each result cross-checked with the `zfs` CLI and
 //! the mount table (tests only; the library runs no process).
-use pillar_csi_lab::{run, Lab, Result};
-use std::{io::Write, path::PathBuf};
+use pillar_csi_lab::{
+    nfs::{fill, zget, FsParent},
+    run, Lab, Result,
+};
 use sys::zfs::{DatasetName, DatasetType, Error, FilesystemSpec, Zfs};
 
 const MIB: u64 = 1 << 20;
-
-fn zget(ds: &str, prop: &str) -> Result<String> {
-    Ok(run("zfs", &["get", "-Hp", "-o", "value", prop, ds])?
-        .trim()
-        .to_owned())
-}
-
-/// A parent filesystem of the lab's pool (which has `mountpoint=none`)
-/// mounted under `/run`, for the filesystems of one test.
-fn parent(lab: &Lab, prefix: &str) -> Result<(DatasetName, PathBuf)> {
-    let unique = lab.unique(prefix);
-    let at = PathBuf::from("/run/pillar-lab-fs").join(&unique);
-    let name = format!("{}/{unique}", lab.pool);
-    run(
-        "zfs",
-        &[
-            "create",
-            "-o",
-            &format!("mountpoint={}", at.display()),
-            &name,
-        ],
-    )?;
-    Ok((DatasetName::below_pool(&name)?, at))
-}
 
 /// Whether the kernel's mount table has a zfs mount of `ds` at `at`.
 fn mounted(ds: &str, at: &std::path::Path) -> Result<bool> {
@@ -40,30 +18,13 @@ fn mounted(ds: &str, at: &std::path::Path) -> Result<bool> {
     }))
 }
 
-/// Writes `bytes` of incompressible data to `path`, returning the error
-/// the first failing write or sync gave.
-fn fill(path: &std::path::Path, bytes: u64) -> std::io::Result<()> {
-    let mut f = std::fs::File::create(path)?;
-    let mut block = vec![0u8; MIB as usize];
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    for _ in 0..bytes / MIB {
-        for b in block.iter_mut() {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            *b = state as u8;
-        }
-        f.write_all(&block)?;
-    }
-    f.sync_all()
-}
-
 #[test]
 #[ignore = "needs the kernel lab"]
 fn zfs_fs_lab_create_mount_quota_grow_and_destroy() -> Result<()> {
     let lab = Lab::get();
     let zfs = Zfs::open()?;
-    let (parent, parent_at) = parent(&lab, "fsq")?;
+    let made = FsParent::create(&lab, "fsq")?;
+    let (parent, parent_at) = (DatasetName::below_pool(&made.dataset)?, made.at.clone());
     let name = parent.child("vol1")?;
     let ds = name.to_string();
     let mut spec = FilesystemSpec::new(name.clone(), 32 * MIB);
@@ -84,7 +45,7 @@ fn zfs_fs_lab_create_mount_quota_grow_and_destroy() -> Result<()> {
     assert_eq!(zfs.dataset_type(&name)?, DatasetType::Filesystem);
 
     // The kernel enforces the quota: a write past it fails with EDQUOT.
-    let err = fill(&at.join("big"), 48 * MIB).expect_err("48 MiB into a 32 MiB refquota");
+    let err = fill(&at.join("big"), 48).expect_err("48 MiB into a 32 MiB refquota");
     assert_eq!(err.raw_os_error(), Some(122), "EDQUOT, got {err}");
     std::fs::remove_file(at.join("big"))?;
 
@@ -97,7 +58,7 @@ fn zfs_fs_lab_create_mount_quota_grow_and_destroy() -> Result<()> {
         other => panic!("shrink must be refused, got {other:?}"),
     }
     assert_eq!(zget(&ds, "refquota")?, (64 * MIB).to_string());
-    fill(&at.join("fits"), 40 * MIB)?;
+    fill(&at.join("fits"), 40)?;
 
     // Mount again is no change; destroy of a mounted filesystem is
     // refused until it is unmounted.
@@ -117,7 +78,8 @@ fn zfs_fs_lab_create_mount_quota_grow_and_destroy() -> Result<()> {
 fn zfs_fs_lab_bad_filesystems_are_refused_and_leave_nothing() -> Result<()> {
     let lab = Lab::get();
     let zfs = Zfs::open()?;
-    let (parent, _) = parent(&lab, "fsbad")?;
+    let made = FsParent::create(&lab, "fsbad")?;
+    let parent = DatasetName::below_pool(&made.dataset)?;
     let before = run("zfs", &["list", "-H", "-o", "name", "-r", parent.as_str()])?;
     let refused = |spec: FilesystemSpec, expect: &str| -> Result<()> {
         let err = zfs

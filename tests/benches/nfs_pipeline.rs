@@ -16,7 +16,8 @@
 use pillar_csi_lab::{
     agent::{AgentConfig, AgentProcess, Client},
     bench::{bash, bash_command, conditions, ms, processes_at_once},
-    run, Lab, Result,
+    nfs::{FsParent, CLIENT},
+    Lab, Result,
 };
 use pillar_csi_proto::agent::v1 as pb;
 use std::{
@@ -26,7 +27,6 @@ use std::{
 
 const VOLUMES: usize = 20;
 const SIZE: u64 = 64 << 20;
-const CLIENT: &str = "127.0.0.1";
 const OPTIONS: &str = "rw,sync,no_subtree_check,no_root_squash";
 
 fn fence(i: usize) -> Option<pb::FenceToken> {
@@ -79,13 +79,13 @@ fn peer_script(dataset: &str, path: &str) -> String {
     )
 }
 
-/// Unexports and destroys the peers' volumes.
+/// Unexports and destroys the peers' volumes (`exportfs -u` does not find
+/// an export by the address it was made for: exportfs names the client by
+/// its host name; the agent's volumes are gone by then).
 fn peer_cleanup(datasets: &[(String, String)]) -> Result<()> {
-    let mut script = String::from("set -e\n");
-    for (dataset, path) in datasets {
-        script.push_str(&format!(
-            "exportfs -u {CLIENT}:{path}\nzfs destroy {dataset}\n"
-        ));
+    let mut script = String::from("set -e\nexportfs -ua\n");
+    for (dataset, _) in datasets {
+        script.push_str(&format!("zfs destroy {dataset}\n"));
     }
     bash(&script)?;
     Ok(())
@@ -97,18 +97,8 @@ async fn main() -> Result<()> {
         return Ok(());
     }
     let lab = Lab::get();
-    let unique = lab.unique("bench-nfs");
-    let parent = format!("{}/{unique}", lab.pool);
-    let at = PathBuf::from("/run/pillar-lab-fs").join(&unique);
-    run(
-        "zfs",
-        &[
-            "create",
-            "-o",
-            &format!("mountpoint={}", at.display()),
-            &parent,
-        ],
-    )?;
+    let made = FsParent::create(&lab, "bench-nfs")?;
+    let (parent, at) = (made.dataset.clone(), made.at.clone());
     let mut config = AgentConfig::new(
         &lab,
         "bench-nfs",
@@ -183,6 +173,5 @@ async fn main() -> Result<()> {
     };
     row("at once", agent_at_once, peers_at_once);
     row("one at a time", agent_serial, peers_serial);
-    let _ = run("zfs", &["destroy", "-r", &parent]);
     Ok(())
 }

@@ -34,6 +34,7 @@ pub mod k8s_cluster;
 pub mod kubelet;
 pub mod metrics;
 pub mod mount;
+pub mod nfs;
 pub mod node_bed;
 pub mod nvme;
 pub mod played_kubelet;
