@@ -8,8 +8,8 @@
 //! protocol, initiators and CHAP before it takes the volume's lock and loads
 //! its mark. So the target runs the whole service over the simulated
 //! backends (feature `sim`: zvol pool `tank`, volume group `data-vg`) and the
-//! real NVMe/TCP and iSCSI exporters (their configfs roots do not exist;
-//! their initiator checks touch nothing), with a mark store whose folder has
+//! real NVMe/TCP, iSCSI and NFS exporters (their configfs roots and exports
+//! folder do not exist; their initiator checks touch nothing), with a mark store whose folder has
 //! been replaced by a file. A request that passes every check then fails
 //! loading its mark with INTERNAL naming that folder: that is the end of
 //! validation, and nothing is created anywhere.
@@ -32,7 +32,7 @@
 use libfuzzer_sys::fuzz_target;
 use pillar_csi_agent::{
     config::Listener,
-    export::{Exporter, LioExporter, NvmetExporter, TargetNames},
+    export::{Exporter, LioExporter, NfsExporter, NvmetExporter, TargetNames},
     grpc::AgentGrpc,
     marks::MarkStore,
     service::{sim::SimBackend, sim_lvm::SimLvm, Agent},
@@ -78,6 +78,13 @@ fn harness() -> &'static Harness {
                     .with_lock_file(dir.path().join("lio.lock")),
                 listener,
                 TargetNames::new("fuzz").expect("agent name"),
+            )),
+            // Its exports folder is never written: every request stops at
+            // the mark store first; `false` stands in for exportfs.
+            Arc::new(NfsExporter::with_dir(
+                listener,
+                nowhere.join("exports.d"),
+                vec!["false".into()],
             )),
         ];
         let agent = Agent::new(
