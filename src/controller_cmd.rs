@@ -7,6 +7,7 @@ use csi::controller::{
     agents::{AgentTls, Agents},
     Controller,
 };
+use csi::driver::Driver;
 use csi::metrics::{http as metrics_http, metered::Metered, Metrics};
 use csi::reconcile::{leader::Election, parse_duration, Reconcilers, Settings};
 use std::path::PathBuf;
@@ -29,6 +30,10 @@ pub struct ControllerArgs {
     /// The CSI endpoint the sidecars connect to.
     #[arg(long, default_value = "unix:///csi/csi.sock")]
     endpoint: String,
+    /// Also serve the filesystem identity (`files.pillar-csi.bhyoo.com`:
+    /// ZFS filesystems over NFS) on this endpoint, for its own sidecars.
+    #[arg(long)]
+    files_endpoint: Option<String>,
     /// Client certificate presented to agents (PEM).
     #[arg(long)]
     agent_tls_cert: Option<PathBuf>,
@@ -150,6 +155,12 @@ async fn kube_client(args: &ControllerArgs) -> Result<kube::Client, String> {
 pub fn run(args: ControllerArgs) -> Result<(), String> {
     let tls = agent_tls(&args)?;
     let socket = csi::endpoint::socket_path(&args.endpoint).map_err(|e| e.to_string())?;
+    let files_socket = args
+        .files_endpoint
+        .as_deref()
+        .map(csi::endpoint::socket_path)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     // kube's and tonic's rustls need one process-wide provider; an error
     // means one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -162,6 +173,7 @@ pub fn run(args: ControllerArgs) -> Result<(), String> {
     let settings = Settings {
         interval: args.reconcile_interval,
         sync_period: args.sync_period,
+        files: files_socket.is_some(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -198,10 +210,29 @@ pub fn run(args: ControllerArgs) -> Result<(), String> {
             None => (None, Some(leading_tx)),
         };
         let reconciling = tokio::spawn(async move { reconcilers.run(leading).await });
-        let controller = Metered::new(Controller::new(client, agents), metrics);
-        let served = csi::endpoint::serve_controller(controller, crate::VERSION, &socket)
-            .await
-            .map_err(|e| e.to_string());
+        let block = Metered::new(
+            Controller::serving(Driver::Block, client.clone(), agents),
+            metrics.clone(),
+        );
+        let block = csi::endpoint::serve_controller(block, Driver::Block, crate::VERSION, &socket);
+        let served = match &files_socket {
+            Some(files_socket) => {
+                let agents = Agents::new(tls.as_ref())
+                    .map_err(|e| e.to_string())?
+                    .with_metrics(metrics.clone());
+                let files =
+                    Metered::new(Controller::serving(Driver::Files, client, agents), metrics);
+                let files = csi::endpoint::serve_controller(
+                    files,
+                    Driver::Files,
+                    crate::VERSION,
+                    files_socket,
+                );
+                tokio::try_join!(block, files).map(drop)
+            }
+            None => block.await,
+        }
+        .map_err(|e| e.to_string());
         // Release the Lease (if held) before leaving, so another replica
         // takes over at once.
         stop_tx.send_replace(true);

@@ -11,6 +11,15 @@ pub struct NodeArgs {
     /// This Kubernetes node's name (the pod's `spec.nodeName`).
     #[arg(long)]
     pub(crate) node_name: String,
+    /// Also serve the filesystem identity (`files.pillar-csi.bhyoo.com`:
+    /// NFS mounts) on this endpoint, for its own node-driver-registrar;
+    /// needs `--node-address`.
+    #[arg(long, requires = "node_address")]
+    pub(crate) files_endpoint: Option<String>,
+    /// The address this node's NFS mounts come from, which exports admit
+    /// (the pod's `status.hostIP`).
+    #[arg(long)]
+    pub(crate) node_address: Option<std::net::IpAddr>,
     /// Folder of per-volume staging records.
     #[arg(long, default_value = "/var/lib/pillar-csi/node")]
     pub(crate) state_dir: PathBuf,
@@ -32,10 +41,13 @@ pub struct NodeArgs {
 
 /// Serves the Identity and Node services until SIGTERM or SIGINT.
 pub fn run(args: NodeArgs) -> Result<(), String> {
+    use csi::driver::Driver;
+    use csi::endpoint::serve_node;
     use csi::node::{Node, NodeConfig};
     let mut config = NodeConfig::new(&args.node_name);
     config.state_dir = args.state_dir;
     config.iscsi = args.iscsi;
+    config.nfs_client = args.node_address;
     config.nvme_reconnect = csi::node::nvme::ReconnectPolicy {
         ctrl_loss_tmo: args.nvme_ctrl_loss_tmo,
         reconnect_delay: args.nvme_reconnect_delay,
@@ -50,6 +62,12 @@ pub fn run(args: NodeArgs) -> Result<(), String> {
             .and_then(|v| csi::node::Fault::parse(&v));
     }
     let socket = csi::endpoint::socket_path(&args.endpoint).map_err(|e| e.to_string())?;
+    let files_socket = args
+        .files_endpoint
+        .as_deref()
+        .map(csi::endpoint::socket_path)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let node = std::sync::Arc::new(Node::new(config).map_err(|e| e.to_string())?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -57,6 +75,15 @@ pub fn run(args: NodeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
     runtime
-        .block_on(csi::endpoint::serve_node(node, crate::VERSION, &socket))
+        .block_on(async {
+            let block = serve_node(node.clone(), Driver::Block, crate::VERSION, &socket);
+            match &files_socket {
+                Some(files) => {
+                    let files = serve_node(node, Driver::Files, crate::VERSION, files);
+                    tokio::try_join!(block, files).map(drop)
+                }
+                None => block.await,
+            }
+        })
         .map_err(|e| e.to_string())
 }

@@ -1,8 +1,8 @@
 //! Agent volume IDs and the CSI volume handle.
 //!
 //! - An agent volume ID names a volume on one agent: `<pool>/<name>` for a
-//!   zvol (the agent places it under the pool's parentDataset:
-//!   `<pool>[/<parentDataset>]/<name>`), `<vg>/<lv>` for an LV
+//!   zvol or a ZFS filesystem (the agent places it under the pool's
+//!   parentDataset: `<pool>[/<parentDataset>]/<name>`), `<vg>/<lv>` for an LV
 //!   ([`AgentVolumeId`]).
 //! - The volume handle, what CSI calls the volume ID and the PV carries in
 //!   `spec.csi.volumeHandle`, is `<agent>/<protocol>/<backend>/<agent volume
@@ -19,6 +19,8 @@ use std::fmt;
 pub enum AgentVolumeId {
     /// A zvol: `<pool>/<name>`, both ZFS name components.
     Zvol(zfs::DatasetName),
+    /// A ZFS filesystem: `<pool>/<name>`, both ZFS name components.
+    Dataset(zfs::DatasetName),
     /// A logical volume of a volume group.
     Lv {
         /// The volume group.
@@ -50,12 +52,16 @@ impl AgentVolumeId {
             reason,
         };
         match backend {
-            Backend::ZfsZvol => {
+            Backend::ZfsZvol | Backend::ZfsDataset => {
                 let ds = zfs::DatasetName::below_pool(value).map_err(|e| bad(e.to_string()))?;
                 if value.matches('/').count() != 1 {
                     return Err(bad("expected <pool>/<name>".into()));
                 }
-                Ok(AgentVolumeId::Zvol(ds))
+                Ok(if backend == Backend::ZfsDataset {
+                    AgentVolumeId::Dataset(ds)
+                } else {
+                    AgentVolumeId::Zvol(ds)
+                })
             }
             Backend::LvmLv => {
                 let (vg, lv) = value
@@ -73,6 +79,7 @@ impl AgentVolumeId {
     pub fn backend(&self) -> Backend {
         match self {
             AgentVolumeId::Zvol(_) => Backend::ZfsZvol,
+            AgentVolumeId::Dataset(_) => Backend::ZfsDataset,
             AgentVolumeId::Lv { .. } => Backend::LvmLv,
         }
     }
@@ -81,7 +88,7 @@ impl AgentVolumeId {
     /// agent's GetCapacity and backend entries are keyed by.
     pub fn pool(&self) -> &str {
         match self {
-            AgentVolumeId::Zvol(ds) => ds.pool(),
+            AgentVolumeId::Zvol(ds) | AgentVolumeId::Dataset(ds) => ds.pool(),
             AgentVolumeId::Lv { vg, .. } => vg.as_str(),
         }
     }
@@ -90,7 +97,7 @@ impl AgentVolumeId {
 impl fmt::Display for AgentVolumeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AgentVolumeId::Zvol(ds) => write!(f, "{ds}"),
+            AgentVolumeId::Zvol(ds) | AgentVolumeId::Dataset(ds) => write!(f, "{ds}"),
             AgentVolumeId::Lv { vg, lv } => write!(f, "{vg}/{lv}"),
         }
     }
@@ -170,12 +177,12 @@ impl VolumeHandle {
         check_agent_name(agent).map_err(bad)?;
         let protocol = Protocol::parse(protocol).ok_or_else(|| {
             bad(format!(
-                "unknown protocol {protocol:?} (expected \"nvmeof-tcp\" or \"iscsi\")"
+                "unknown protocol {protocol:?} (expected \"nvmeof-tcp\", \"iscsi\" or \"nfs\")"
             ))
         })?;
         let backend = Backend::parse(backend).ok_or_else(|| {
             bad(format!(
-                "unknown backend {backend:?} (expected \"zfs-zvol\" or \"lvm-lv\")"
+                "unknown backend {backend:?} (expected \"zfs-zvol\", \"lvm-lv\" or \"zfs-dataset\")"
             ))
         })?;
         let volume = AgentVolumeId::parse(backend, id).map_err(|e| bad(e.to_string()))?;

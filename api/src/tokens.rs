@@ -6,8 +6,10 @@
 //! | --- | --- |
 //! | `nvmeof-tcp` | NVMe over Fabrics, TCP transport ([`Protocol::NvmeofTcp`]) |
 //! | `iscsi` | iSCSI ([`Protocol::Iscsi`]) |
+//! | `nfs` | NFS, the kernel's server ([`Protocol::Nfs`]) |
 //! | `zfs-zvol` | a ZFS volume ([`Backend::ZfsZvol`]) |
 //! | `lvm-lv` | an LVM logical volume, linear or thin ([`Backend::LvmLv`]) |
+//! | `zfs-dataset` | a ZFS filesystem bounded by its refquota ([`Backend::ZfsDataset`]) |
 
 use std::fmt;
 
@@ -24,17 +26,21 @@ pub enum Protocol {
     /// iSCSI.
     #[cfg_attr(feature = "crd", serde(rename = "iscsi"))]
     Iscsi,
+    /// NFS: a filesystem volume exported by the kernel's NFS server.
+    #[cfg_attr(feature = "crd", serde(rename = "nfs"))]
+    Nfs,
 }
 
 impl Protocol {
     /// Every protocol, in token order.
-    pub const ALL: [Protocol; 2] = [Protocol::NvmeofTcp, Protocol::Iscsi];
+    pub const ALL: [Protocol; 3] = [Protocol::NvmeofTcp, Protocol::Iscsi, Protocol::Nfs];
 
     /// The token used in publish contexts and volume handles.
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::NvmeofTcp => "nvmeof-tcp",
             Protocol::Iscsi => "iscsi",
+            Protocol::Nfs => "nfs",
         }
     }
 
@@ -63,18 +69,29 @@ pub enum Backend {
     /// An LVM logical volume; its agent volume ID is `<vg>/<lv>`.
     #[cfg_attr(feature = "crd", serde(rename = "lvm-lv"))]
     LvmLv,
+    /// A ZFS filesystem whose refquota is the volume's capacity; its agent
+    /// volume ID is `<pool>/<name>`, as a zvol's.
+    #[cfg_attr(feature = "crd", serde(rename = "zfs-dataset"))]
+    ZfsDataset,
 }
 
 impl Backend {
     /// Every backend, in token order.
-    pub const ALL: [Backend; 2] = [Backend::ZfsZvol, Backend::LvmLv];
+    pub const ALL: [Backend; 3] = [Backend::ZfsZvol, Backend::LvmLv, Backend::ZfsDataset];
 
     /// The token used in volume handles.
     pub fn as_str(self) -> &'static str {
         match self {
             Backend::ZfsZvol => "zfs-zvol",
             Backend::LvmLv => "lvm-lv",
+            Backend::ZfsDataset => "zfs-dataset",
         }
+    }
+
+    /// Whether volumes of this backend are filesystems (served over NFS,
+    /// under the files identity) rather than block devices.
+    pub fn is_filesystem(self) -> bool {
+        self == Backend::ZfsDataset
     }
 
     /// Parses a token written by [`Backend::as_str`] (exactly as spelled).
@@ -102,7 +119,8 @@ mod tests {
             assert_eq!(Backend::parse(&b.to_string()), Some(b));
         }
         assert_eq!(Protocol::parse("NVMEOF-TCP"), None);
-        assert_eq!(Protocol::parse("nfs"), None);
+        assert_eq!(Protocol::parse("NFS"), None);
+        assert!(Backend::ZfsDataset.is_filesystem() && !Backend::ZfsZvol.is_filesystem());
         assert_eq!(Backend::parse("zfs"), None);
         assert_eq!(Backend::parse(""), None);
     }

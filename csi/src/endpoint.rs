@@ -11,6 +11,7 @@
 //! that serves such a request as if it had no authority and refuses every
 //! other malformed request as before; `vendor/README.md` says why, and
 //! `src/tests/unix_authority.rs` runs those clients against both endpoints.
+use crate::driver::Driver;
 use crate::identity::IdentityService;
 use crate::node::{service::NodeService, Node};
 use pillar_csi_proto::csi::v1::{
@@ -73,16 +74,21 @@ pub fn bind(path: &Path) -> Result<UnixListenerStream, Error> {
     ))
 }
 
-/// Serves the Identity and Node services of `node` on the unix socket at
-/// `path` until SIGTERM or SIGINT.
-pub async fn serve_node(node: Arc<Node>, version: &str, path: &Path) -> Result<(), Error> {
+/// Serves the Identity and Node services of `node` as identity `driver` on
+/// the unix socket at `path` until SIGTERM or SIGINT.
+pub async fn serve_node(
+    node: Arc<Node>,
+    driver: Driver,
+    version: &str,
+    path: &Path,
+) -> Result<(), Error> {
     let incoming = bind(path)?;
     let ready = node.clone();
-    let identity = IdentityService::new(version, Arc::new(move || ready.ready()));
-    tracing::info!(socket = %path.display(), node_id = %node.node_id(), "node plugin serving");
+    let identity = IdentityService::new(driver, version, Arc::new(move || ready.ready()));
+    tracing::info!(socket = %path.display(), driver = driver.name(), node_id = %node.node_id(), "node plugin serving");
     tonic::transport::Server::builder()
         .add_service(IdentityServer::new(identity))
-        .add_service(NodeServer::new(NodeService::new(node)))
+        .add_service(NodeServer::new(NodeService::new(driver, node)))
         .serve_with_incoming_shutdown(incoming, shutdown_signal())
         .await?;
     Ok(())
@@ -93,12 +99,13 @@ pub async fn serve_node(node: Arc<Node>, version: &str, path: &Path) -> Result<(
 /// sidecars only need the driver's name and capabilities from it.
 pub async fn serve_controller<C: pillar_csi_proto::csi::v1::controller_server::Controller>(
     controller: C,
+    driver: Driver,
     version: &str,
     path: &Path,
 ) -> Result<(), Error> {
     let incoming = bind(path)?;
-    let identity = IdentityService::new(version, Arc::new(|| Ok(())));
-    tracing::info!(socket = %path.display(), "controller serving");
+    let identity = IdentityService::new(driver, version, Arc::new(|| Ok(())));
+    tracing::info!(socket = %path.display(), driver = driver.name(), "controller serving");
     tonic::transport::Server::builder()
         .add_service(IdentityServer::new(identity))
         .add_service(ControllerServer::new(controller))

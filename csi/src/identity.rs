@@ -4,8 +4,10 @@ use pillar_csi_proto::csi::v1::{self as pb, identity_server, plugin_capability};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-/// The driver's name (the CSIDriver object's name).
-pub const DRIVER_NAME: &str = "pillar-csi.bhyoo.com";
+use crate::driver::Driver;
+
+/// The block identity's name (its CSIDriver object's name).
+pub const DRIVER_NAME: &str = api::DRIVER_NAME;
 
 /// Whether the plugin is ready: `Err` says what is missing.
 pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -13,6 +15,7 @@ pub type Readiness = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 /// The Identity service.
 #[derive(Clone)]
 pub struct IdentityService {
+    driver: Driver,
     version: String,
     ready: Readiness,
 }
@@ -20,15 +23,18 @@ pub struct IdentityService {
 impl std::fmt::Debug for IdentityService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdentityService")
+            .field("driver", &self.driver)
             .field("version", &self.version)
             .finish_non_exhaustive()
     }
 }
 
 impl IdentityService {
-    /// Reports `version` and asks `ready` on every Probe.
-    pub fn new(version: &str, ready: Readiness) -> Self {
+    /// Reports `driver`'s name and `version`, and asks `ready` on every
+    /// Probe.
+    pub fn new(driver: Driver, version: &str, ready: Readiness) -> Self {
         Self {
+            driver,
             version: version.to_owned(),
             ready,
         }
@@ -63,7 +69,7 @@ impl identity_server::Identity for IdentityService {
         _request: Request<pb::GetPluginInfoRequest>,
     ) -> Result<Response<pb::GetPluginInfoResponse>, Status> {
         Ok(Response::new(pb::GetPluginInfoResponse {
-            name: DRIVER_NAME.to_owned(),
+            name: self.driver.name().to_owned(),
             vendor_version: self.version.clone(),
             manifest: Default::default(),
         }))
@@ -99,7 +105,8 @@ mod tests {
 
     #[tokio::test]
     async fn identity_names_the_driver_and_probes_readiness() {
-        let service = IdentityService::new("0.1.0 (abc)", Arc::new(|| Err("no".into())));
+        let service =
+            IdentityService::new(Driver::Block, "0.1.0 (abc)", Arc::new(|| Err("no".into())));
         let info = service
             .get_plugin_info(Request::new(pb::GetPluginInfoRequest {}))
             .await
@@ -115,7 +122,12 @@ mod tests {
             .expect("probe")
             .into_inner();
         assert_eq!(probe.ready, Some(false));
-        let ready = IdentityService::new("v", Arc::new(|| Ok(())));
+        let ready = IdentityService::new(Driver::Files, "v", Arc::new(|| Ok(())));
+        let info = ready
+            .get_plugin_info(Request::new(pb::GetPluginInfoRequest {}))
+            .await
+            .expect("info");
+        assert_eq!(info.into_inner().name, "files.pillar-csi.bhyoo.com");
         let probe = ready
             .probe(Request::new(pb::ProbeRequest {}))
             .await

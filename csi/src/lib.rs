@@ -2,6 +2,8 @@
 //!
 //! - [`controller`]: the Controller service (volumes recorded as
 //!   PillarVolumeState objects, made by agents over mTLS).
+//! - [`driver`]: the two CSI identities (block volumes, and filesystem
+//!   volumes over NFS) and which volumes each serves.
 //! - [`node_id`]: the node ID that NodeGetInfo reports and
 //!   ControllerPublishVolume receives, carrying the node's initiator names.
 //! - [`publish_context`]: what ControllerPublishVolume hands to
@@ -18,6 +20,7 @@
 //!   data from before pillar-csi).
 
 pub mod controller;
+pub mod driver;
 pub mod endpoint;
 pub mod identity;
 pub mod metrics;

@@ -13,6 +13,10 @@
 //!   and NQNs and IQNs become configfs directory names on the target.
 //!
 //! CSI bounds the node ID to 256 bytes; [`NodeId::new`] refuses longer ones.
+//!
+//! The filesystem identity (`files.pillar-csi.bhyoo.com`) has its own node
+//! ID, `<node name>/<address>` ([`FilesNodeId`]): an NFS export admits its
+//! clients by address, so the address the node mounts from travels in it.
 
 use std::fmt;
 
@@ -118,9 +122,71 @@ impl fmt::Display for NodeId {
     }
 }
 
+/// A worker node's name and the address its NFS mounts come from: the
+/// filesystem identity's node ID, `<node name>/<address>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilesNodeId {
+    name: String,
+    address: std::net::IpAddr,
+}
+
+impl FilesNodeId {
+    /// Builds a files node ID; the address must name one host.
+    pub fn new(name: &str, address: std::net::IpAddr) -> Result<Self, InvalidNodeId> {
+        check_part("node name", name, "")?;
+        if address.is_unspecified() || address.is_multicast() {
+            return Err(invalid(
+                &address.to_string(),
+                "the node's NFS client address must be one host's address",
+            ));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            address,
+        })
+    }
+
+    /// Parses what [`FilesNodeId`]'s `Display` wrote.
+    pub fn parse(value: &str) -> Result<Self, InvalidNodeId> {
+        let shape = || invalid(value, "expected <node name>/<NFS client address>");
+        let (name, address) = value.split_once('/').ok_or_else(shape)?;
+        let address = address.parse().map_err(|_| shape())?;
+        Self::new(name, address)
+    }
+
+    /// The Kubernetes node name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The address the node's NFS mounts come from.
+    pub fn address(&self) -> std::net::IpAddr {
+        self.address
+    }
+}
+
+impl fmt::Display for FilesNodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.name, self.address)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_files_node_id_carries_the_nfs_client_address() {
+        let id = FilesNodeId::new("worker-1", "192.0.2.9".parse().expect("ip")).expect("valid");
+        assert_eq!(id.to_string(), "worker-1/192.0.2.9");
+        assert_eq!(FilesNodeId::parse("worker-1/192.0.2.9"), Ok(id));
+        let v6 = FilesNodeId::parse("w/2001:db8::9").expect("IPv6");
+        assert_eq!(v6.address().to_string(), "2001:db8::9");
+        for bad in ["worker-1", "worker-1/host-1", "w/0.0.0.0", "/192.0.2.9"] {
+            assert!(FilesNodeId::parse(bad).is_err(), "{bad}");
+        }
+        assert!(FilesNodeId::parse(&format!("worker-1/{NQN}/{IQN}")).is_err());
+    }
 
     const NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:0f6a8e4c-2b1d-4c55-9a4e-6c1f0e5d7a21";
     const IQN: &str = "iqn.1993-08.org.debian:01:5e2f9a1b7c3d";

@@ -77,6 +77,7 @@ async fn the_chart_crds_serve_every_kind_on_a_real_api_server() -> Result {
                     parent_dataset: Some("k8s".into()),
                 }),
                 lvm: None,
+                zfs_dataset: None,
             },
         ),
         (
@@ -87,6 +88,7 @@ async fn the_chart_crds_serve_every_kind_on_a_real_api_server() -> Result {
                     volume_group: "data-vg".into(),
                     thin_pool: Some("thin0".into()),
                 }),
+                zfs_dataset: None,
             },
         ),
     ] {

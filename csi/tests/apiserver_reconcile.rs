@@ -507,6 +507,7 @@ async fn the_resync_on_start_restores_an_export_removed_behind_the_agents_back()
         .reconcilers(Settings {
             interval: Duration::from_secs(3600),
             sync_period: Duration::from_secs(3600),
+            files: false,
         })
         .await?;
     let (_leading, rx) = watch::channel(true);
@@ -571,6 +572,7 @@ async fn a_resync_refusal_is_shown_on_the_record_until_the_export_is_made() -> R
         .reconcilers(Settings {
             interval: Duration::from_secs(3600),
             sync_period: Duration::from_secs(3600),
+            files: false,
         })
         .await?;
     assert_eq!(r.resync().await, 1);
@@ -892,6 +894,7 @@ async fn replica(bed: &Bed, identity: &str, lease: Duration) -> Result<Replica> 
         .reconcilers(Settings {
             interval: Duration::from_millis(200),
             sync_period: Duration::from_secs(3600),
+            files: false,
         })
         .await?;
     let metrics = r.metrics().clone();

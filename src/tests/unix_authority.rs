@@ -286,10 +286,13 @@ fn serve_node(dir: &Path) -> (tokio::runtime::Runtime, PathBuf) {
     let node = Arc::new(Node::new(config).unwrap());
     let socket = dir.join("csi.sock");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let serving = runtime.spawn({
-        let socket = socket.clone();
-        async move { csi::endpoint::serve_node(node, "test", &socket).await }
-    });
+    let serving =
+        runtime.spawn({
+            let socket = socket.clone();
+            async move {
+                csi::endpoint::serve_node(node, csi::driver::Driver::Block, "test", &socket).await
+            }
+        });
     let start = Instant::now();
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
         assert!(!serving.is_finished(), "serve_node ended: {serving:?}");

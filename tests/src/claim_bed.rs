@@ -152,21 +152,25 @@ pub async fn apply_objects(admin: &kube::Client, prefix: &str, layout: &Layout) 
             pool: layout.pool.clone(),
             parent_dataset: Some(layout.parent_dataset.clone()),
         }),
-        lvm: None,
+        ..Default::default()
     });
     apply(admin, &zvols, &PillarStore::new(&zvols, zfs)).await?;
     let lvm = store(StoreBackend {
-        zfs: None,
         lvm: Some(LvmBackend {
             volume_group: layout.vg.clone(),
             thin_pool: Some(layout.thin_pool.clone()),
         }),
+        ..Default::default()
     });
     apply(admin, &lvs, &PillarStore::new(&lvs, lvm)).await?;
     let nvme = format!("{prefix}-nvme");
     let iscsi = format!("{prefix}-iscsi");
     let protocol = |nvmeof_tcp, iscsi| PillarProtocolSpec {
-        protocol: ProtocolConfig { nvmeof_tcp, iscsi },
+        protocol: ProtocolConfig {
+            nvmeof_tcp,
+            iscsi,
+            nfs: None,
+        },
     };
     let spec = protocol(
         Some(NvmeofTcpProtocol {

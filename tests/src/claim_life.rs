@@ -192,6 +192,7 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
         match protocol {
             Protocol::NvmeofTcp => parts[1].to_owned(),
             Protocol::Iscsi => parts[2].to_owned(),
+            Protocol::Nfs => return Err("a claim's life walks block volumes".into()),
         }
     };
     story.step(
@@ -229,6 +230,7 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
         match protocol {
             Protocol::NvmeofTcp => "NVMe/TCP",
             Protocol::Iscsi => "iSCSI",
+            Protocol::Nfs => "NFS",
         },
         export.target
     ));

@@ -14,6 +14,8 @@ use std::{fmt, fs, path::PathBuf};
 pub enum Storage {
     /// A zvol, by full dataset name.
     Zvol(String),
+    /// A ZFS filesystem (a filesystem volume), by full dataset name.
+    Filesystem(String),
     /// An LV, as `<vg>/<lv>`.
     Lv(String),
 }
@@ -24,10 +26,14 @@ impl Storage {
     pub fn of(handle: &str, parent_dataset: &str) -> Result<Self> {
         let handle = VolumeHandle::parse(handle)?;
         Ok(match handle.volume() {
-            AgentVolumeId::Zvol(ds) => {
+            AgentVolumeId::Zvol(ds) | AgentVolumeId::Dataset(ds) => {
                 let name = ds.to_string();
                 let name = name.rsplit('/').next().unwrap_or_default();
-                Storage::Zvol(format!("{parent_dataset}/{name}"))
+                let full = format!("{parent_dataset}/{name}");
+                match handle.volume() {
+                    AgentVolumeId::Dataset(_) => Storage::Filesystem(full),
+                    _ => Storage::Zvol(full),
+                }
             }
             id @ AgentVolumeId::Lv { .. } => Storage::Lv(id.to_string()),
         })
@@ -38,6 +44,7 @@ impl Storage {
     pub fn size(&self) -> Result<Option<u64>> {
         let out = match self {
             Storage::Zvol(ds) => run("zfs", &["get", "-Hp", "-o", "value", "volsize", ds]),
+            Storage::Filesystem(ds) => run("zfs", &["get", "-Hp", "-o", "value", "refquota", ds]),
             Storage::Lv(lv) => run(
                 "lvs",
                 &[
@@ -60,7 +67,7 @@ impl Storage {
 
     fn absent(&self, message: &str) -> bool {
         match self {
-            Storage::Zvol(_) => message.contains("does not exist"),
+            Storage::Zvol(_) | Storage::Filesystem(_) => message.contains("does not exist"),
             Storage::Lv(_) => message.contains("Failed to find") || message.contains("not found"),
         }
     }
@@ -70,18 +77,20 @@ impl fmt::Display for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Storage::Zvol(ds) => write!(f, "zvol {ds}"),
+            Storage::Filesystem(ds) => write!(f, "filesystem {ds}"),
             Storage::Lv(lv) => write!(f, "LV {lv}"),
         }
     }
 }
 
-/// A volume's export in configfs: the nvmet subsystem or LIO target named
-/// by the publish context's `target`.
+/// A volume's export: in configfs, the nvmet subsystem or LIO target named
+/// by the publish context's `target`; over NFS, the kernel's export table
+/// (`exportfs -v`) for the path the `target` names.
 #[derive(Debug, Clone)]
 pub struct Export {
     /// The protocol.
     pub protocol: Protocol,
-    /// The subsystem NQN or target IQN.
+    /// The subsystem NQN, target IQN or exported path.
     pub target: String,
 }
 
@@ -93,6 +102,7 @@ impl Export {
                 PathBuf::from("/sys/kernel/config/nvmet/subsystems").join(&self.target)
             }
             Protocol::Iscsi => PathBuf::from("/sys/kernel/config/target/iscsi").join(&self.target),
+            Protocol::Nfs => PathBuf::from(&self.target),
         }
     }
 
@@ -100,11 +110,26 @@ impl Export {
     /// or the node ACLs of TPG 1), or `None` when the export is gone.
     pub fn admitted(&self) -> Result<Option<Vec<String>>> {
         let dir = self.dir();
+        if self.protocol == Protocol::Nfs {
+            let table = crate::nfs::exported()?;
+            let mut clients: Vec<String> = table
+                .lines()
+                .filter_map(|l| {
+                    let mut words = l.split_whitespace();
+                    (words.next() == Some(self.target.as_str()))
+                        .then(|| words.next())
+                        .flatten()
+                        .map(|c| c.split('(').next().unwrap_or_default().to_owned())
+                })
+                .collect();
+            clients.sort();
+            return Ok((!clients.is_empty()).then_some(clients));
+        }
         if !dir.exists() {
             return Ok(None);
         }
         let list = match self.protocol {
-            Protocol::NvmeofTcp => dir.join("allowed_hosts"),
+            Protocol::NvmeofTcp | Protocol::Nfs => dir.join("allowed_hosts"),
             Protocol::Iscsi => dir.join("tpgt_1/acls"),
         };
         let mut names: Vec<String> = fs::read_dir(&list)?

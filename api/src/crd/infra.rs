@@ -109,12 +109,12 @@ pub struct ReadyStatus {
 pub struct PillarStoreSpec {
     /// The PillarAgent serving this store.
     pub agent_ref: String,
-    /// Exactly one of `zfs` and `lvm`.
+    /// Exactly one of `zfs`, `lvm` and `zfsDataset`.
     pub backend: StoreBackend,
 }
 
-/// A store's backend: exactly one of the two is set (the controller
-/// refuses a store with both or neither, naming it).
+/// A store's backend: exactly one is set (the controller refuses a store
+/// with more or none, naming it).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StoreBackend {
@@ -124,6 +124,11 @@ pub struct StoreBackend {
     /// Logical volumes of a volume group, thin when `thinPool` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lvm: Option<LvmBackend>,
+    /// ZFS filesystems under `<pool>[/<parentDataset>]`, each bounded by its
+    /// refquota: filesystem volumes, served over NFS under the
+    /// `files.pillar-csi.bhyoo.com` identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zfs_dataset: Option<ZfsBackend>,
 }
 
 /// A ZFS pool, and the dataset under which zvols live.
@@ -154,7 +159,7 @@ pub struct LvmBackend {
     group = "pillar-csi.bhyoo.com",
     version = "v1alpha1",
     kind = "PillarProtocol",
-    doc = "How the volumes of a class are exported: NVMe/TCP or iSCSI.",
+    doc = "How the volumes of a class are exported: NVMe/TCP, iSCSI or NFS.",
     plural = "pillarprotocols",
     status = "ReadyStatus",
     printcolumn(
@@ -180,11 +185,11 @@ pub struct LvmBackend {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PillarProtocolSpec {
-    /// Exactly one of `nvmeofTcp` and `iscsi`.
+    /// Exactly one of `nvmeofTcp`, `iscsi` and `nfs`.
     pub protocol: ProtocolConfig,
 }
 
-/// A protocol's settings: exactly one of the two is set.
+/// A protocol's settings: exactly one is set.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProtocolConfig {
@@ -194,7 +199,19 @@ pub struct ProtocolConfig {
     /// iSCSI.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iscsi: Option<IscsiProtocol>,
+    /// NFS, for the filesystem volumes of a `zfsDataset` store: the agent's
+    /// kernel NFS server exports each volume to the nodes it is published
+    /// to (always by address: an NFS export has no open mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfs: Option<NfsProtocol>,
 }
+
+/// NFS export settings: the server's address and port are the agent's
+/// (`nfs:` in its configuration); the NFS version and mount options are the
+/// StorageClass's `mountOptions` (NFS 4.2 when none names a version).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NfsProtocol {}
 
 /// NVMe/TCP export settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

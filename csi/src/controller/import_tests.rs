@@ -15,6 +15,7 @@ fn zfs(parent: Option<&str>) -> StoreBackend {
             parent_dataset: parent.map(Into::into),
         }),
         lvm: None,
+        zfs_dataset: None,
     }
 }
 
@@ -25,6 +26,7 @@ fn lvm() -> StoreBackend {
             volume_group: "data-vg".into(),
             thin_pool: None,
         }),
+        zfs_dataset: None,
     }
 }
 

@@ -38,6 +38,7 @@ pub mod state;
 pub mod timed;
 pub mod volumes;
 
+use crate::driver::Driver;
 use agents::Agents;
 use api::crd::{PillarAgent, PillarVolumeState, VolumePhase};
 use api::tokens::{Backend, Protocol};
@@ -50,6 +51,7 @@ use tonic::{Request, Response, Status};
 
 /// The Controller service.
 pub struct Controller {
+    driver: Driver,
     client: kube::Client,
     states: States,
     reservations: reservations::Reservations,
@@ -62,6 +64,7 @@ pub fn backend_type(backend: Backend) -> i32 {
     match backend {
         Backend::ZfsZvol => agent::BackendType::ZfsZvol as i32,
         Backend::LvmLv => agent::BackendType::Lvm as i32,
+        Backend::ZfsDataset => agent::BackendType::ZfsDataset as i32,
     }
 }
 
@@ -70,13 +73,22 @@ pub fn protocol_type(protocol: Protocol) -> i32 {
     match protocol {
         Protocol::NvmeofTcp => agent::ProtocolType::NvmeofTcp as i32,
         Protocol::Iscsi => agent::ProtocolType::Iscsi as i32,
+        Protocol::Nfs => agent::ProtocolType::Nfs as i32,
     }
 }
 
 impl Controller {
-    /// A controller using `client` for the API and `agents` for storage nodes.
+    /// The block identity's controller, using `client` for the API and
+    /// `agents` for storage nodes.
     pub fn new(client: kube::Client, agents: Agents) -> Self {
+        Self::serving(Driver::Block, client, agents)
+    }
+
+    /// The controller of identity `driver`: it makes, publishes and deletes
+    /// only that identity's volumes.
+    pub fn serving(driver: Driver, client: kube::Client, agents: Agents) -> Self {
         Controller {
+            driver,
             states: States::new(client.clone()),
             reservations: reservations::Reservations::new(client.clone()),
             events: events::Events::new(client.clone()),
@@ -117,6 +129,14 @@ impl Controller {
             return Err(Error::FailedPrecondition(format!(
                 "cannot {action} volume {volume_id}: it is being deleted"
             )));
+        }
+        let mine = self.driver.check(
+            &format!("volume {volume_id}"),
+            state.spec.backend_type,
+            state.spec.protocol_type,
+        );
+        if let Err(why) = mine {
+            return Err(Error::InvalidArgument(format!("cannot {action}: {why}")));
         }
         if let Some(refusal) = import::never_adopted(volume_id, &state, action) {
             return Err(refusal);
@@ -233,7 +253,7 @@ impl csi::controller_server::Controller for Controller {
         _: Request<csi::ControllerGetCapabilitiesRequest>,
     ) -> Result<Response<csi::ControllerGetCapabilitiesResponse>, Status> {
         Ok(Response::new(csi::ControllerGetCapabilitiesResponse {
-            capabilities: capabilities::controller_capabilities(),
+            capabilities: capabilities::controller_capabilities(self.driver),
         }))
     }
 

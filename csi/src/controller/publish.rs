@@ -17,7 +17,7 @@ use super::capabilities::{check, single_node};
 use super::error::{Error, Result};
 use super::state::{fence, generation};
 use super::{backend_type, protocol_type, Controller};
-use crate::node_id::NodeId;
+use crate::node_id::{FilesNodeId, InvalidNodeId, NodeId};
 use crate::publish_context::PublishContext;
 use api::crd::{PillarVolumeState, PillarVolumeStateStatus, PublishedNode};
 use api::tokens::Protocol;
@@ -27,19 +27,39 @@ use pillar_csi_proto::csi::v1::volume_capability::access_mode::Mode;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-fn initiator(node: &NodeId, protocol: Protocol) -> String {
-    match protocol {
-        Protocol::NvmeofTcp => node.host_nqn().to_owned(),
-        Protocol::Iscsi => node.initiator_iqn().to_owned(),
+/// A node as an export names it: its name, and the initiator its node ID
+/// carries for the volume's protocol (the host NQN, the initiator IQN, or
+/// the NFS client address of a files node ID).
+struct Peer {
+    name: String,
+    initiator: String,
+}
+
+fn peer(node_id: &str, protocol: Protocol) -> std::result::Result<Peer, InvalidNodeId> {
+    if protocol == Protocol::Nfs {
+        let node = FilesNodeId::parse(node_id)?;
+        return Ok(Peer {
+            name: node.name().to_owned(),
+            initiator: node.address().to_string(),
+        });
     }
+    let node = NodeId::parse(node_id)?;
+    let initiator = match protocol {
+        Protocol::Iscsi => node.initiator_iqn(),
+        _ => node.host_nqn(),
+    };
+    Ok(Peer {
+        name: node.name().to_owned(),
+        initiator: initiator.to_owned(),
+    })
 }
 
 /// The initiators of every node in `nodes` (skipping IDs that no longer parse).
 fn initiators(nodes: &[PublishedNode], protocol: Protocol) -> Vec<String> {
     nodes
         .iter()
-        .filter_map(|n| NodeId::parse(&n.node_id).ok())
-        .map(|n| initiator(&n, protocol))
+        .filter_map(|n| peer(&n.node_id, protocol).ok())
+        .map(|p| p.initiator)
         .collect()
 }
 
@@ -98,14 +118,14 @@ impl Controller {
             .volume_capability
             .as_ref()
             .ok_or_else(|| Error::InvalidArgument("the volume capability is missing".into()))?;
-        check(cap).map_err(Error::InvalidArgument)?;
+        check(self.driver, cap).map_err(Error::InvalidArgument)?;
         let mode = cap
             .access_mode
             .as_ref()
             .map(|m| Mode::try_from(m.mode).unwrap_or(Mode::Unknown))
             .unwrap_or(Mode::Unknown);
         let state = self.ready_state(&req.volume_id, "publish").await?;
-        let node = NodeId::parse(&req.node_id)
+        let node = peer(&req.node_id, state.spec.protocol_type)
             .map_err(|e| Error::NotFound(format!("node {:?}: {e}", req.node_id)))?;
         let status = state.status.clone().unwrap_or_default();
         let state = if status
@@ -120,9 +140,9 @@ impl Controller {
                     return Err(Error::FailedPrecondition(format!(
                         "cannot publish volume {} to node {}: it is published to node {} and its access mode allows one node",
                         req.volume_id,
-                        node.name(),
-                        NodeId::parse(&other.node_id)
-                            .map(|n| n.name().to_owned())
+                        node.name,
+                        peer(&other.node_id, state.spec.protocol_type)
+                            .map(|n| n.name)
                             .unwrap_or_else(|_| other.node_id.clone())
                     )));
                 }
@@ -153,7 +173,7 @@ impl Controller {
     async fn export(
         &self,
         state: &PillarVolumeState,
-        node: &NodeId,
+        node: &Peer,
     ) -> Result<HashMap<String, String>> {
         let protocol = state.spec.protocol_type;
         let nodes = state
@@ -161,7 +181,7 @@ impl Controller {
             .as_ref()
             .map(|s| s.published_nodes.clone())
             .unwrap_or_default();
-        let this = initiator(node, protocol);
+        let this = node.initiator.clone();
         let recorded = state.spec.export_spec.as_ref();
         let allowed: Vec<String> = initiators(&nodes, protocol)
             .into_iter()

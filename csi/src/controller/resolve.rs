@@ -46,29 +46,32 @@ where
         })
 }
 
-/// The store's backend, exactly one of `zfs` and `lvm`.
+/// The store's backend, exactly one of `zfs`, `lvm` and `zfsDataset`.
 pub fn backend_of(store_name: &str, backend: &StoreBackend) -> Result<Backend> {
-    match (&backend.zfs, &backend.lvm) {
-        (Some(_), None) => Ok(Backend::ZfsZvol),
-        (None, Some(_)) => Ok(Backend::LvmLv),
+    match (&backend.zfs, &backend.lvm, &backend.zfs_dataset) {
+        (Some(_), None, None) => Ok(Backend::ZfsZvol),
+        (None, Some(_), None) => Ok(Backend::LvmLv),
+        (None, None, Some(_)) => Ok(Backend::ZfsDataset),
         _ => Err(Error::InvalidArgument(format!(
-            "PillarStore {store_name:?} must set exactly one of backend.zfs and backend.lvm"
+            "PillarStore {store_name:?} must set exactly one of backend.zfs, backend.lvm and backend.zfsDataset"
         ))),
     }
 }
 
-/// The protocol, exactly one of `nvmeofTcp` and `iscsi`.
+/// The protocol, exactly one of `nvmeofTcp`, `iscsi` and `nfs`.
 pub fn protocol_of(protocol_name: &str, config: &ProtocolConfig) -> Result<Protocol> {
-    match (&config.nvmeof_tcp, &config.iscsi) {
-        (Some(_), None) => Ok(Protocol::NvmeofTcp),
-        (None, Some(_)) => Ok(Protocol::Iscsi),
+    match (&config.nvmeof_tcp, &config.iscsi, &config.nfs) {
+        (Some(_), None, None) => Ok(Protocol::NvmeofTcp),
+        (None, Some(_), None) => Ok(Protocol::Iscsi),
+        (None, None, Some(_)) => Ok(Protocol::Nfs),
         _ => Err(Error::InvalidArgument(format!(
-            "PillarProtocol {protocol_name:?} must set exactly one of protocol.nvmeofTcp and protocol.iscsi"
+            "PillarProtocol {protocol_name:?} must set exactly one of protocol.nvmeofTcp, protocol.iscsi and protocol.nfs"
         ))),
     }
 }
 
-/// Whether exports of this protocol admit only published nodes.
+/// Whether exports of this protocol admit only published nodes (NFS
+/// exports always do: they name their clients).
 pub fn acl_of(config: &ProtocolConfig) -> bool {
     config
         .nvmeof_tcp
@@ -79,14 +82,11 @@ pub fn acl_of(config: &ProtocolConfig) -> bool {
 }
 
 /// The agent volume ID a volume named `name` gets in a store: `<pool>/<name>`
-/// (the agent places zvols under its parentDataset) or `<vg>/<name>`.
+/// (the agent places zvols and filesystems under its parentDataset) or
+/// `<vg>/<name>`.
 pub fn volume_in(store_name: &str, backend: &StoreBackend, name: &str) -> Result<AgentVolumeId> {
     let kind = backend_of(store_name, backend)?;
-    let id = match (&backend.zfs, &backend.lvm) {
-        (Some(zfs), _) => format!("{}/{name}", zfs.pool),
-        (_, Some(lvm)) => format!("{}/{name}", lvm.volume_group),
-        (None, None) => String::new(),
-    };
+    let id = format!("{}/{name}", pool_of(backend).unwrap_or_default());
     AgentVolumeId::parse(kind, &id).map_err(|e| Error::InvalidArgument(e.to_string()))
 }
 
@@ -95,6 +95,7 @@ pub fn pool_of(backend: &StoreBackend) -> Option<String> {
     backend
         .zfs
         .as_ref()
+        .or(backend.zfs_dataset.as_ref())
         .map(|z| z.pool.clone())
         .or(backend.lvm.as_ref().map(|l| l.volume_group.clone()))
 }
@@ -148,6 +149,7 @@ mod tests {
                 parent_dataset: Some("k8s".into()),
             }),
             lvm: None,
+            zfs_dataset: None,
         };
         assert_eq!(
             volume_in("s", &zfs, "pvc-1").unwrap().to_string(),
@@ -159,6 +161,7 @@ mod tests {
                 parent_dataset: None,
             }),
             lvm: None,
+            zfs_dataset: None,
         };
         assert_eq!(
             volume_in("s", &root, "pvc-1").unwrap().to_string(),
@@ -170,6 +173,7 @@ mod tests {
                 volume_group: "data-vg".into(),
                 thin_pool: Some("thin0".into()),
             }),
+            zfs_dataset: None,
         };
         let id = volume_in("s", &lvm, "pvc-1").unwrap();
         assert_eq!(
@@ -179,12 +183,23 @@ mod tests {
         let both = StoreBackend {
             zfs: zfs.zfs.clone(),
             lvm: lvm.lvm.clone(),
+            zfs_dataset: None,
         };
         let e = volume_in("s", &both, "pvc-1").err().unwrap().to_string();
         assert!(
-            e.contains("exactly one of backend.zfs and backend.lvm"),
+            e.contains("exactly one of backend.zfs, backend.lvm and backend.zfsDataset"),
             "{e}"
         );
+        let files = StoreBackend {
+            zfs_dataset: zfs.zfs.clone(),
+            ..Default::default()
+        };
+        let id = volume_in("s", &files, "pvc-1").unwrap();
+        assert_eq!(
+            (id.to_string().as_str(), id.backend()),
+            ("tank/pvc-1", Backend::ZfsDataset)
+        );
+        assert_eq!(pool_of(&files).as_deref(), Some("tank"));
         let e = volume_in("s", &StoreBackend::default(), "pvc-1")
             .err()
             .unwrap();

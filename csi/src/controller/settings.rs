@@ -273,6 +273,7 @@ mod tests {
                 parent_dataset: Some("k8s".into()),
             }),
             lvm: None,
+            zfs_dataset: None,
         }
     }
 
@@ -283,6 +284,7 @@ mod tests {
                 volume_group: "data-vg".into(),
                 thin_pool: thin.then(|| "thin0".into()),
             }),
+            zfs_dataset: None,
         }
     }
 

@@ -51,7 +51,7 @@ impl Controller {
         if req.name.is_empty() {
             return Err(Error::InvalidArgument("the volume name is missing".into()));
         }
-        check_all(&req.volume_capabilities).map_err(Error::InvalidArgument)?;
+        check_all(self.driver, &req.volume_capabilities).map_err(Error::InvalidArgument)?;
         let record_name = naming::record_name(&req.name);
         let found = self.states.get(&record_name).await?;
         if let Some(state) = found
@@ -83,6 +83,14 @@ impl Controller {
         let class = resolve::class_name(&req.parameters)?;
         let place = resolve::placement(&self.client, class).await?;
         let store_name = place.store.name_any();
+        let protocol = protocol_of(&place.protocol.name_any(), &place.protocol.spec.protocol)?;
+        self.driver
+            .check(
+                &format!("PillarStorageClass {class:?}"),
+                resolve::backend_of(&store_name, &place.store.spec.backend)?,
+                protocol,
+            )
+            .map_err(Error::InvalidArgument)?;
         let existing = self.states.get(&record_name).await?;
         let (wants, claim_ref) = self.wants_of(&req, &place, existing.as_ref()).await?;
         // Checked before anything is recorded: a refusal records nothing.
@@ -93,8 +101,9 @@ impl Controller {
         if place.class.spec.encrypted {
             if place.store.spec.backend.zfs.is_none() {
                 return Err(Error::InvalidArgument(format!(
-                    "PillarStorageClass {:?} is encrypted and its PillarStore {store_name:?} has an LVM backend: encryption is ZFS native encryption of zvols",
-                    place.class.name_any()
+                    "PillarStorageClass {:?} is encrypted and its PillarStore {store_name:?} has a {} backend: encryption is ZFS native encryption of zvols",
+                    place.class.name_any(),
+                    resolve::backend_of(&store_name, &place.store.spec.backend)?
                 )));
             }
             if wants.import.is_some() {
@@ -135,7 +144,6 @@ impl Controller {
                 &naming::agent_name(&record_name),
             )?,
         };
-        let protocol = protocol_of(&place.protocol.name_any(), &place.protocol.spec.protocol)?;
         let handle = VolumeHandle::new(&place.agent.name_any(), protocol, id.clone())
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
 
@@ -397,7 +405,12 @@ impl Controller {
                 .and_then(|c| c.access_type.as_ref()),
             Some(csi::volume_capability::AccessType::Block(_))
         );
-        Ok((grown.capacity_bytes, !block))
+        // A filesystem volume's refquota is what its NFS clients see: the
+        // node has nothing to grow.
+        Ok((
+            grown.capacity_bytes,
+            !block && !state.spec.backend_type.is_filesystem(),
+        ))
     }
 
     /// ValidateVolumeCapabilities: confirms the capabilities when every one
@@ -420,7 +433,7 @@ impl Controller {
                 req.volume_id
             )));
         }
-        Ok(match check_all(&req.volume_capabilities) {
+        Ok(match check_all(self.driver, &req.volume_capabilities) {
             Ok(()) => csi::ValidateVolumeCapabilitiesResponse {
                 confirmed: Some(csi::validate_volume_capabilities_response::Confirmed {
                     volume_context: req.volume_context,

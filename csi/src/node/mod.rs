@@ -6,6 +6,7 @@
 //!   secret kept off iscsiadm's command line); [`attach`] over both;
 //! - [`format`](mod@format): the libblkid probe and mkfs of blank devices only;
 //! - [`mounts`]: mount(2), bind mounts and the mount table;
+//! - [`nfs`]: filesystem volumes, their exports mounted by mount(2);
 //! - [`record`]: per-volume staging records, written atomically;
 //! - [`stage`], [`publish`], [`volume`]: the RPCs' work, synchronous;
 //! - [`service`]: the gRPC service over them.
@@ -22,6 +23,7 @@ pub mod initiator;
 pub mod iscsi;
 pub mod iscsi_secret;
 pub mod mounts;
+pub mod nfs;
 pub mod nvme;
 pub mod publish;
 pub mod record;
@@ -29,7 +31,7 @@ pub mod service;
 pub mod stage;
 pub mod volume;
 
-use crate::node_id::NodeId;
+use crate::node_id::{FilesNodeId, NodeId};
 use attach::Attacher;
 use error::{Error, Result};
 use record::Records;
@@ -73,6 +75,9 @@ pub struct NodeConfig {
     pub nvme_reconnect: nvme::ReconnectPolicy,
     /// A fault to inject for tests ([`Fault`]).
     pub fault: Option<Fault>,
+    /// The address this node's NFS mounts come from (what exports admit):
+    /// set when the node serves the files identity.
+    pub nfs_client: Option<std::net::IpAddr>,
 }
 
 impl NodeConfig {
@@ -89,6 +94,7 @@ impl NodeConfig {
             device_wait: Duration::from_secs(60),
             nvme_reconnect: nvme::ReconnectPolicy::default(),
             fault: None,
+            nfs_client: None,
         }
     }
 }
@@ -148,6 +154,7 @@ impl Locks {
 pub struct Node {
     config: NodeConfig,
     node_id: NodeId,
+    files_node_id: Option<FilesNodeId>,
     records: Records,
     attacher: Attacher,
     volume_locks: Locks,
@@ -165,7 +172,13 @@ impl Node {
             .map_err(|e| Error::internal(e.to_string()))?;
         let node_id = NodeId::new(&config.node_name, &nqn, &iqn)
             .map_err(|e| Error::invalid(e.to_string()))?;
+        let files_node_id = config
+            .nfs_client
+            .map(|address| FilesNodeId::new(&config.node_name, address))
+            .transpose()
+            .map_err(|e| Error::invalid(e.to_string()))?;
         Ok(Self {
+            files_node_id,
             records: Records::open(&config.state_dir)?,
             attacher: Attacher {
                 nvme: nvme::NvmeHost {
@@ -186,6 +199,12 @@ impl Node {
     /// The node ID NodeGetInfo reports.
     pub fn node_id(&self) -> &NodeId {
         &self.node_id
+    }
+
+    /// The node ID the files identity's NodeGetInfo reports, when the node
+    /// has an NFS client address.
+    pub fn files_node_id(&self) -> Option<&FilesNodeId> {
+        self.files_node_id.as_ref()
     }
 
     /// Whether the node's prerequisites are there: the NVMe-oF interface

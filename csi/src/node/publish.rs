@@ -3,11 +3,15 @@
 //! target path, which the plugin creates and removes.
 use super::error::{Error, Kind, Result};
 use super::mounts::{bind, mount_at, unmount_path};
+use super::nfs::{is_nfs, staged_export};
 use super::record::Phase;
 use super::stage::devnum;
 use super::volume::check_staging_mount;
 use super::Node;
-use std::{fs, path::Path};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
 
 /// One NodePublishVolume call, checked.
 #[derive(Debug, Clone)]
@@ -62,30 +66,28 @@ impl Node {
                     },
                 )));
             }
-            check_staging_mount(&record)?;
-            let device = self.attacher.verified_device(&record)?;
             // What a bind mount of ours looks like in the mount table: the
             // staged filesystem's root, or the device node inside devtmpfs.
-            let (source, expect_dev, expect_root) = if req.block {
-                let node_fs = devnum_of_node_fs(&device)?;
-                let name = device.file_name().map(|n| n.to_string_lossy().into_owned());
-                (
-                    device.clone(),
-                    node_fs,
-                    format!("/{}", name.unwrap_or_default()),
-                )
+            let (source, expect_dev, expect_root): (PathBuf, _, PathBuf) = if is_nfs(&record) {
+                let staged = staged_export(&record)?;
+                (record.staging_path.clone(), staged.devnum, staged.root)
             } else {
-                (
-                    record.staging_path.clone(),
-                    devnum(&device)?,
-                    "/".to_owned(),
-                )
+                check_staging_mount(&record)?;
+                let device = self.attacher.verified_device(&record)?;
+                if req.block {
+                    let node_fs = devnum_of_node_fs(&device)?;
+                    let name = device.file_name().map(|n| n.to_string_lossy().into_owned());
+                    (
+                        device.clone(),
+                        node_fs,
+                        format!("/{}", name.unwrap_or_default()).into(),
+                    )
+                } else {
+                    (record.staging_path.clone(), devnum(&device)?, "/".into())
+                }
             };
             if let Some(m) = mount_at(req.target_path)? {
-                if m.devnum == expect_dev
-                    && m.root == Path::new(&expect_root)
-                    && m.read_only == req.read_only
-                {
+                if m.devnum == expect_dev && m.root == expect_root && m.read_only == req.read_only {
                     return Ok(());
                 }
                 return Err(Error::exists(format!(

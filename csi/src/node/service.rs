@@ -5,6 +5,7 @@ use super::error::{Error, Result};
 use super::publish::PublishRequest;
 use super::stage::{Access, StageRequest};
 use super::{format::requested_fs_type, Node};
+use crate::driver::Driver;
 use crate::publish_context::{Chap, PublishContext};
 use crate::volume_context;
 use pillar_csi_proto::csi::v1::{
@@ -18,13 +19,30 @@ use tracing::Instrument;
 /// The node service over a [`Node`].
 #[derive(Debug, Clone)]
 pub struct NodeService {
+    driver: Driver,
     node: Arc<Node>,
 }
 
 impl NodeService {
-    /// Serves `node`.
-    pub fn new(node: Arc<Node>) -> Self {
-        Self { node }
+    /// Serves `node` as identity `driver`.
+    pub fn new(driver: Driver, node: Arc<Node>) -> Self {
+        Self { driver, node }
+    }
+
+    /// The capability's access, as this identity reads it: a filesystem
+    /// volume is always its NFS mount, whatever fsType says.
+    fn access_of(&self, capability: Option<&pb::VolumeCapability>) -> Result<Access, Status> {
+        let access = access_of(capability)?;
+        match (self.driver, access) {
+            (Driver::Files, Access::Block) => Err(Status::invalid_argument(
+                "block access is not supported: a filesystem volume is mounted over NFS, never a raw block device",
+            )),
+            (Driver::Files, Access::Mount { flags, .. }) => Ok(Access::Mount {
+                fs_type: "nfs".into(),
+                flags,
+            }),
+            (Driver::Block, access) => Ok(access),
+        }
     }
 
     /// Runs `work` on a blocking thread in a span named `rpc` with the
@@ -65,6 +83,10 @@ fn access_of(capability: Option<&pb::VolumeCapability>) -> Result<Access, Status
         capability.ok_or_else(|| Status::invalid_argument("volume_capability is missing"))?;
     match &capability.access_type {
         Some(AccessType::Block(_)) => Ok(Access::Block),
+        Some(AccessType::Mount(m)) if nfs_fs_type(&m.fs_type) => Ok(Access::Mount {
+            fs_type: m.fs_type.clone(),
+            flags: m.mount_flags.clone(),
+        }),
         Some(AccessType::Mount(m)) => Ok(Access::Mount {
             fs_type: requested_fs_type(&m.fs_type)
                 .map_err(Error::into_status)?
@@ -75,6 +97,11 @@ fn access_of(capability: Option<&pb::VolumeCapability>) -> Result<Access, Status
             "volume_capability has neither block nor mount access",
         )),
     }
+}
+
+/// An fsType only the files identity takes.
+fn nfs_fs_type(fs_type: &str) -> bool {
+    matches!(fs_type, "nfs" | "nfs4")
 }
 
 fn rpc_capability(t: node_service_capability::rpc::Type) -> pb::NodeServiceCapability {
@@ -94,6 +121,7 @@ impl node_server::Node for NodeService {
         let r = request.into_inner();
         let volume_id = required("volume_id", &r.volume_id)?.to_owned();
         let staging = required("staging_target_path", &r.staging_target_path)?;
+        let access = self.access_of(r.volume_capability.as_ref())?;
         let req = StageRequest {
             volume_id: volume_id.clone(),
             staging_path: PathBuf::from(staging),
@@ -103,9 +131,18 @@ impl node_server::Node for NodeService {
                 ..PublishContext::from_map(&r.publish_context)
                     .map_err(|e| Status::invalid_argument(e.to_string()))?
             },
-            access: access_of(r.volume_capability.as_ref())?,
+            access,
             existing_data: volume_context::existing_data(&r.volume_context),
         };
+        let serving = Driver::of_protocol(req.context.protocol);
+        if serving != self.driver {
+            return Err(Status::invalid_argument(format!(
+                "volume {volume_id}: its publish context's protocol {} is served by {}, not by {}",
+                req.context.protocol,
+                serving.name(),
+                self.driver.name()
+            )));
+        }
         self.run("NodeStageVolume", &volume_id, move |n| n.stage(&req))
             .await?;
         Ok(Response::new(pb::NodeStageVolumeResponse {}))
@@ -134,7 +171,7 @@ impl node_server::Node for NodeService {
         let volume_id = required("volume_id", &r.volume_id)?.to_owned();
         let staging = PathBuf::from(required("staging_target_path", &r.staging_target_path)?);
         let target = PathBuf::from(required("target_path", &r.target_path)?);
-        let block = access_of(r.volume_capability.as_ref())? == Access::Block;
+        let block = self.access_of(r.volume_capability.as_ref())? == Access::Block;
         let (id, read_only) = (volume_id.clone(), r.readonly);
         self.run("NodePublishVolume", &volume_id, move |n| {
             n.publish(&PublishRequest {
@@ -226,16 +263,22 @@ impl node_server::Node for NodeService {
         _request: Request<pb::NodeGetCapabilitiesRequest>,
     ) -> Result<Response<pb::NodeGetCapabilitiesResponse>, Status> {
         use node_service_capability::rpc::Type;
-        Ok(Response::new(pb::NodeGetCapabilitiesResponse {
-            capabilities: [
+        // A filesystem volume grows on the storage node alone.
+        let types: &[Type] = match self.driver {
+            Driver::Block => &[
                 Type::StageUnstageVolume,
                 Type::ExpandVolume,
                 Type::GetVolumeStats,
                 Type::VolumeCondition,
-            ]
-            .into_iter()
-            .map(rpc_capability)
-            .collect(),
+            ],
+            Driver::Files => &[
+                Type::StageUnstageVolume,
+                Type::GetVolumeStats,
+                Type::VolumeCondition,
+            ],
+        };
+        Ok(Response::new(pb::NodeGetCapabilitiesResponse {
+            capabilities: types.iter().copied().map(rpc_capability).collect(),
         }))
     }
 
@@ -243,8 +286,20 @@ impl node_server::Node for NodeService {
         &self,
         _request: Request<pb::NodeGetInfoRequest>,
     ) -> Result<Response<pb::NodeGetInfoResponse>, Status> {
+        let node_id = match self.driver {
+            Driver::Block => self.node.node_id().to_string(),
+            Driver::Files => self
+                .node
+                .files_node_id()
+                .ok_or_else(|| {
+                    Status::failed_precondition(
+                        "this node plugin has no NFS client address: start it with --node-address",
+                    )
+                })?
+                .to_string(),
+        };
         Ok(Response::new(pb::NodeGetInfoResponse {
-            node_id: self.node.node_id().to_string(),
+            node_id,
             max_volumes_per_node: 0,
             accessible_topology: None,
         }))

@@ -6,7 +6,7 @@ use super::format::{device_size, ensure_filesystem, grow, grows_when_staged, Out
 use super::mounts::{mount_at, mount_filesystem, split_options, unmount_path};
 use super::record::{Phase, StagingRecord};
 use super::{Fault, Node};
-use crate::publish_context::PublishContext;
+use crate::publish_context::{Protocol, PublishContext};
 use std::{
     path::{Path, PathBuf},
     sync::mpsc,
@@ -61,7 +61,8 @@ pub fn devnum(device: &Path) -> Result<DevNum> {
 }
 
 impl StageRequest {
-    fn record(&self) -> StagingRecord {
+    /// The record this Stage writes (before its device is known).
+    pub(super) fn record(&self) -> StagingRecord {
         let (fs_type, mount_flags) = match &self.access {
             Access::Block => (None, Vec::new()),
             Access::Mount { fs_type, flags } => (Some(fs_type.clone()), flags.clone()),
@@ -85,7 +86,7 @@ impl StageRequest {
 
 /// Whether a repeated Stage asks for what the record holds (the device and
 /// phase aside).
-fn same_request(have: &StagingRecord, want: &StagingRecord) -> bool {
+pub(super) fn same_request(have: &StagingRecord, want: &StagingRecord) -> bool {
     let strip = |r: &StagingRecord| StagingRecord {
         device: None,
         device_id: None,
@@ -93,6 +94,24 @@ fn same_request(have: &StagingRecord, want: &StagingRecord) -> bool {
         ..r.clone()
     };
     strip(have) == strip(want)
+}
+
+/// The refusal of a Stage that asks for other than what is staged.
+pub(super) fn conflict(req: &StageRequest, have: &StagingRecord, want: &StagingRecord) -> Error {
+    Error::exists(format!(
+        "volume {} is already staged at {} ({} {} LUN {}, {}); this call asks for {} ({} {} LUN {}, {})",
+        req.volume_id,
+        have.staging_path.display(),
+        have.protocol,
+        have.target,
+        have.lun,
+        have.fs_type.as_deref().unwrap_or("block"),
+        want.staging_path.display(),
+        want.protocol,
+        want.target,
+        want.lun,
+        want.fs_type.as_deref().unwrap_or("block"),
+    ))
 }
 
 fn connection_key(r: &StagingRecord) -> String {
@@ -107,26 +126,14 @@ impl Node {
     }
 
     fn stage_locked(&self, req: &StageRequest) -> Result<()> {
+        if req.context.protocol == Protocol::Nfs {
+            return self.stage_nfs(req);
+        }
         let want = req.record();
         let existing = self.records.load(&req.volume_id)?;
         let fresh = existing.is_none();
         let mut record = match existing {
-            Some(have) if !same_request(&have, &want) => {
-                return Err(Error::exists(format!(
-                    "volume {} is already staged at {} ({} {} LUN {}, {}); this call asks for {} ({} {} LUN {}, {})",
-                    req.volume_id,
-                    have.staging_path.display(),
-                    have.protocol,
-                    have.target,
-                    have.lun,
-                    have.fs_type.as_deref().unwrap_or("block"),
-                    want.staging_path.display(),
-                    want.protocol,
-                    want.target,
-                    want.lun,
-                    want.fs_type.as_deref().unwrap_or("block"),
-                )))
-            }
+            Some(have) if !same_request(&have, &want) => return Err(conflict(req, &have, &want)),
             Some(have) => have,
             None => want,
         };

@@ -33,6 +33,9 @@ pub struct Settings {
     pub interval: Duration,
     /// The ReconcileState resync (also run on gaining leadership).
     pub sync_period: Duration,
+    /// Whether this controller serves the files identity too: StorageClasses
+    /// of filesystem classes are generated only then.
+    pub files: bool,
 }
 
 impl Default for Settings {
@@ -40,6 +43,7 @@ impl Default for Settings {
         Settings {
             interval: Duration::from_secs(30),
             sync_period: Duration::from_secs(300),
+            files: false,
         }
     }
 }

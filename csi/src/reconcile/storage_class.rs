@@ -3,8 +3,12 @@
 //! ownerReference with `controller: true`, so Kubernetes' garbage collector
 //! deletes it with its owner).
 //!
-//! - provisioner `pillar-csi.bhyoo.com`; parameters `pillarStorageClass`
-//!   (what CreateVolume reads) and `csi.storage.k8s.io/fstype` from
+//! - provisioner `pillar-csi.bhyoo.com`, or `files.pillar-csi.bhyoo.com`
+//!   for a class whose store is a `zfsDataset` (filesystem volumes; only
+//!   when the controller serves that identity, else the class is
+//!   `Ready=False` with reason `FilesIdentityDisabled` and no StorageClass
+//!   is generated); parameters `pillarStorageClass` (what CreateVolume
+//!   reads) and, for block volumes, `csi.storage.k8s.io/fstype` from
 //!   `filesystem.fsType`; `reclaimPolicy` (default `Delete`),
 //!   `volumeBindingMode` (default `Immediate`), `allowVolumeExpansion`
 //!   (default true) from `storageClass`; with `importKeys`, the
@@ -22,6 +26,7 @@
 //!   or agent it names does not resolve (the StorageClass is still kept).
 use super::{condition_changed, ready_condition, Reconcilers};
 use crate::controller::resolve::{self, CLASS_PARAMETER};
+use crate::driver::Driver;
 use api::annotations::IMPORT_KEY_SECRET_ANNOTATION;
 use api::crd::{PillarStorageClass, ReclaimPolicy, VolumeBindingMode};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -30,8 +35,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 
-/// The CSI driver name, the generated StorageClasses' provisioner.
-pub const PROVISIONER: &str = "pillar-csi.bhyoo.com";
+/// The block identity's name, the provisioner of block classes'
+/// StorageClasses.
+pub const PROVISIONER: &str = api::DRIVER_NAME;
 /// The StorageClass parameter the external-provisioner turns into the PV's fsType.
 pub const FSTYPE_PARAMETER: &str = "csi.storage.k8s.io/fstype";
 /// The StorageClass parameters naming the Secret the external-provisioner
@@ -40,11 +46,17 @@ pub const SECRET_NAME_PARAMETER: &str = "csi.storage.k8s.io/provisioner-secret-n
 /// See [`SECRET_NAME_PARAMETER`].
 pub const SECRET_NAMESPACE_PARAMETER: &str = "csi.storage.k8s.io/provisioner-secret-namespace";
 
-/// The StorageClass `class` generates.
-pub fn desired(class: &PillarStorageClass) -> StorageClass {
+/// The StorageClass `class` generates for identity `driver`.
+pub fn desired(class: &PillarStorageClass, driver: Driver) -> StorageClass {
     let template = &class.spec.storage_class;
     let mut parameters = BTreeMap::from([(CLASS_PARAMETER.to_owned(), class.name_any())]);
-    if let Some(fs) = &class.spec.filesystem {
+    // A filesystem volume's fsType is its NFS mount's, no class's.
+    if let Some(fs) = class
+        .spec
+        .filesystem
+        .as_ref()
+        .filter(|_| driver == Driver::Block)
+    {
         let name = serde_json::to_value(fs.fs_type)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
@@ -71,7 +83,7 @@ pub fn desired(class: &PillarStorageClass) -> StorageClass {
             owner_references: Some(vec![owner_reference(class)]),
             ..Default::default()
         },
-        provisioner: PROVISIONER.into(),
+        provisioner: driver.name().into(),
         parameters: Some(parameters),
         reclaim_policy: Some(
             match template.reclaim_policy.unwrap_or(ReclaimPolicy::Delete) {
@@ -135,6 +147,7 @@ enum Outcome {
     Updated,
     Replaced,
     Conflict(String),
+    Disabled(String),
 }
 
 impl Reconcilers {
@@ -167,17 +180,45 @@ impl Reconcilers {
         class: &PillarStorageClass,
     ) -> Result<(), kube::Error> {
         let scs = Api::<StorageClass>::all(self.client.clone());
-        let want = desired(class);
         let name = class.spec.storage_class.name.clone();
+        let placement = resolve::placement(&self.client, &class.name_any()).await;
+        let driver = placement
+            .as_ref()
+            .ok()
+            .and_then(|p| resolve::backend_of(&p.store.name_any(), &p.store.spec.backend).ok())
+            .map_or(Driver::Block, Driver::of_backend);
+        let want = desired(class, driver);
         let uid = class.metadata.uid.clone().unwrap_or_default();
-        let outcome = match scs.get_opt(&name).await? {
+        let outcome = if driver == Driver::Files && !self.settings.files {
+            Outcome::Disabled(format!(
+                "PillarStorageClass {:?} places filesystem volumes, which the {} identity serves, and this controller does not serve it (the chart's files.enabled); no StorageClass {name:?} is generated",
+                class.name_any(),
+                driver.name()
+            ))
+        } else {
+            self.generate(&scs, &name, &uid, &want).await?
+        };
+        self.set_condition(classes, class, &name, outcome, placement.map(drop))
+            .await
+    }
+
+    /// Creates, updates or replaces the StorageClass `want` named `name`,
+    /// when the class of UID `uid` owns it.
+    async fn generate(
+        &self,
+        scs: &Api<StorageClass>,
+        name: &str,
+        uid: &str,
+        want: &StorageClass,
+    ) -> Result<Outcome, kube::Error> {
+        Ok(match scs.get_opt(name).await? {
             None => {
-                scs.create(&PostParams::default(), &want).await?;
+                scs.create(&PostParams::default(), want).await?;
                 Outcome::Created
             }
             Some(have) => match controller_of(&have) {
                 Some(owner) if owner.uid == uid => {
-                    if immutable_differs(&have, &want) {
+                    if immutable_differs(&have, want) {
                         // Only this very object is deleted: a StorageClass
                         // re-created by someone else meanwhile is not ours.
                         let dp = DeleteParams {
@@ -187,8 +228,8 @@ impl Reconcilers {
                             }),
                             ..Default::default()
                         };
-                        scs.delete(&name, &dp).await?;
-                        scs.create(&PostParams::default(), &want).await?;
+                        scs.delete(name, &dp).await?;
+                        scs.create(&PostParams::default(), want).await?;
                         Outcome::Replaced
                     } else if have.allow_volume_expansion != want.allow_volume_expansion
                         || have.metadata.labels.as_ref().and_then(|l| {
@@ -202,7 +243,7 @@ impl Reconcilers {
                             },
                             "allowVolumeExpansion": want.allow_volume_expansion,
                         });
-                        scs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        scs.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                             .await?;
                         Outcome::Updated
                     } else {
@@ -218,10 +259,22 @@ impl Reconcilers {
                     have.provisioner
                 )),
             },
-        };
-        let placement = resolve::placement(&self.client, &class.name_any()).await;
+        })
+    }
+
+    /// Sets the class's Ready condition from what its pass did and whether
+    /// its references resolve.
+    async fn set_condition(
+        &self,
+        classes: &Api<PillarStorageClass>,
+        class: &PillarStorageClass,
+        name: &str,
+        outcome: Outcome,
+        placement: crate::controller::error::Result<()>,
+    ) -> Result<(), kube::Error> {
         let (ready, reason, message) = match (outcome, placement) {
             (Outcome::Conflict(why), _) => (false, "StorageClassConflict", why),
+            (Outcome::Disabled(why), _) => (false, "FilesIdentityDisabled", why),
             (_, Err(e)) => (
                 false,
                 "InvalidReference",
@@ -302,7 +355,7 @@ mod tests {
 
     #[test]
     fn the_generated_class_carries_the_name_fstype_and_owner() {
-        let sc = desired(&class(None));
+        let sc = desired(&class(None), Driver::Block);
         assert_eq!(sc.provisioner, "pillar-csi.bhyoo.com");
         let p = sc.parameters.clone().unwrap_or_default();
         assert_eq!(p.get("pillarStorageClass").map(String::as_str), Some("hot"));
@@ -320,17 +373,33 @@ mod tests {
             ),
             ("PillarStorageClass", "u-1", "pillar-csi.bhyoo.com/v1alpha1")
         );
-        let retain = desired(&class(Some(ReclaimPolicy::Retain)));
+        let retain = desired(&class(Some(ReclaimPolicy::Retain)), Driver::Block);
         assert!(immutable_differs(&sc, &retain));
-        assert!(!immutable_differs(&sc, &desired(&class(None))));
+        assert!(!immutable_differs(
+            &sc,
+            &desired(&class(None), Driver::Block)
+        ));
         assert!(!p.contains_key(SECRET_NAME_PARAMETER));
+    }
+
+    #[test]
+    fn a_filesystem_class_is_provisioned_by_the_files_identity_without_an_fstype() {
+        let sc = desired(&class(None), Driver::Files);
+        assert_eq!(sc.provisioner, "files.pillar-csi.bhyoo.com");
+        let p = sc.parameters.clone().unwrap_or_default();
+        assert_eq!(p.get("pillarStorageClass").map(String::as_str), Some("hot"));
+        assert!(!p.contains_key(FSTYPE_PARAMETER), "{p:?}");
+        assert!(immutable_differs(
+            &sc,
+            &desired(&class(None), Driver::Block)
+        ));
     }
 
     #[test]
     fn a_class_of_encrypted_imports_has_the_provisioner_read_the_claims_key_secret() {
         let mut importing = class(None);
         importing.spec.import_keys = true;
-        let sc = desired(&importing);
+        let sc = desired(&importing, Driver::Block);
         let p = sc.parameters.clone().unwrap_or_default();
         assert_eq!(
             p.get("csi.storage.k8s.io/provisioner-secret-name")
@@ -342,6 +411,9 @@ mod tests {
                 .map(String::as_str),
             Some("${pvc.namespace}")
         );
-        assert!(immutable_differs(&sc, &desired(&class(None))));
+        assert!(immutable_differs(
+            &sc,
+            &desired(&class(None), Driver::Block)
+        ));
     }
 }

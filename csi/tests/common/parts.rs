@@ -141,6 +141,7 @@ pub fn zfs_store() -> PillarStore {
                 parent_dataset: Some("k8s".into()),
             }),
             lvm: None,
+            zfs_dataset: None,
         },
     )
 }
@@ -155,6 +156,7 @@ pub fn lvm_store() -> PillarStore {
                 volume_group: "data-vg".into(),
                 thin_pool: None,
             }),
+            zfs_dataset: None,
         },
     )
 }
@@ -180,6 +182,7 @@ pub fn nvmeof_protocol() -> PillarProtocol {
                     acl: true,
                 }),
                 iscsi: None,
+                nfs: None,
             },
         },
     )
