@@ -20,6 +20,10 @@ pub struct NodeArgs {
     /// (the pod's `status.hostIP`).
     #[arg(long)]
     pub(crate) node_address: Option<std::net::IpAddr>,
+    /// The NFS version mounted when a volume's mount options name none
+    /// (`vers=` in the StorageClass's mountOptions wins): 3, 4, 4.0, 4.1, 4.2.
+    #[arg(long, default_value = csi::node::nfs::DEFAULT_VERSION)]
+    pub(crate) nfs_version: String,
     /// Folder of per-volume staging records.
     #[arg(long, default_value = "/var/lib/pillar-csi/node")]
     pub(crate) state_dir: PathBuf,
@@ -47,7 +51,10 @@ pub fn run(args: NodeArgs) -> Result<(), String> {
     let mut config = NodeConfig::new(&args.node_name);
     config.state_dir = args.state_dir;
     config.iscsi = args.iscsi;
-    config.nfs_client = args.node_address;
+    config.nfs = csi::node::nfs::NfsClient {
+        address: args.node_address,
+        version: args.nfs_version,
+    };
     config.nvme_reconnect = csi::node::nvme::ReconnectPolicy {
         ctrl_loss_tmo: args.nvme_ctrl_loss_tmo,
         reconnect_delay: args.nvme_reconnect_delay,

@@ -11,6 +11,8 @@ use crate::{
     agent::{AgentConfig, AgentProcess, ClientTls, ServerTls, ZfsParent},
     apiserver::ApiServer,
     csi::{dial, CsiProcess, NodePlugin},
+    files_bed::{self, FilesSide},
+    nfs::FsParent,
     tls::{Ca, Pem},
     Lab, Result,
 };
@@ -64,6 +66,8 @@ pub struct ClaimBed {
     pub node_id: String,
     /// What the bed applied.
     pub objects: Objects,
+    /// The files identity, when started with [`ClaimBed::start_files`].
+    pub files: Option<FilesSide>,
 }
 
 fn class(prefix: &str, what: &str, fs_type: &'static str) -> Class {
@@ -229,7 +233,7 @@ pub async fn apply_objects(admin: &kube::Client, prefix: &str, layout: &Layout) 
 /// of `server` (its socket and log `<dir>/<prefix>.controller.*`),
 /// presenting `client` to agents whose certificates `ca` signed, with a
 /// 2 s reconcile interval (StorageClasses appear quickly), serving its
-/// metrics on `metrics`.
+/// metrics on `metrics`, with `extra` flags.
 pub async fn start_controller(
     server: &ApiServer,
     dir: &Path,
@@ -237,8 +241,9 @@ pub async fn start_controller(
     ca: &Ca,
     client: &Pem,
     metrics: std::net::SocketAddr,
+    extra: Vec<OsString>,
 ) -> Result<CsiProcess> {
-    let args: Vec<OsString> = vec![
+    let mut args: Vec<OsString> = vec![
         "controller".into(),
         "--kubeconfig".into(),
         server.kubeconfig_of("pillar-csi-controller").into(),
@@ -252,6 +257,7 @@ pub async fn start_controller(
         "2s".into(),
         format!("--metrics-address={metrics}").into(),
     ];
+    args.extend(extra);
     CsiProcess::start(
         &args,
         &dir.join(format!("{prefix}.controller.sock")),
@@ -270,6 +276,17 @@ impl ClaimBed {
     /// [`ClaimBed::start`] with more flags for the agent (for example
     /// `--key-encryption-key-file <file>`).
     pub async fn start_with_agent_args(prefix: &str, agent_args: Vec<String>) -> Result<Self> {
+        Self::start_with(prefix, agent_args, false).await
+    }
+
+    /// [`ClaimBed::start`] with the files identity too ([`FilesSide`]):
+    /// the agent also serves ZFS filesystems over NFS, and the controller
+    /// and node plugin serve `files.pillar-csi.bhyoo.com` on second sockets.
+    pub async fn start_files(prefix: &str) -> Result<Self> {
+        Self::start_with(prefix, Vec::new(), true).await
+    }
+
+    async fn start_with(prefix: &str, agent_args: Vec<String>, files: bool) -> Result<Self> {
         let lab = Lab::get();
         let server = ApiServer::lab()?;
         server.install_chart_crds().await?;
@@ -291,6 +308,16 @@ impl ClaimBed {
             ISCSI_PORT,
         )?;
         config.extra_args = agent_args;
+        let fs_parent = if files {
+            let fs_parent = FsParent::create(&lab, &format!("{prefix}-fs"))?;
+            config
+                .backends
+                .push(format!("zfs-dataset={}", fs_parent.dataset));
+            Some(fs_parent)
+        } else {
+            None
+        };
+        let (files_controller, files_node) = files_bed::sockets(&lab.work, prefix);
         config.tls = Some((
             ServerTls {
                 identity: agent_pem,
@@ -318,9 +345,23 @@ impl ClaimBed {
             &ca,
             &controller_pem,
             controller_metrics,
+            match files {
+                true => files_bed::controller_args(&files_controller),
+                false => Vec::new(),
+            },
         )
         .await?;
-        let plugin = NodePlugin::start(&lab, &format!("{prefix}-node")).await?;
+        let plugin = match files {
+            true => {
+                NodePlugin::start_with_args(
+                    &lab,
+                    &format!("{prefix}-node"),
+                    files_bed::node_args(&files_node),
+                )
+                .await?
+            }
+            false => NodePlugin::start(&lab, &format!("{prefix}-node")).await?,
+        };
         let node_id = plugin
             .node()
             .await?
@@ -328,7 +369,27 @@ impl ClaimBed {
             .await?
             .into_inner()
             .node_id;
+        let files = match fs_parent {
+            Some(parent) => {
+                let class =
+                    files_bed::apply_objects(&admin, prefix, &objects.agent_name, &parent).await?;
+                let node_id = NodeClient::new(dial(&files_node).await?)
+                    .node_get_info(NodeGetInfoRequest {})
+                    .await?
+                    .into_inner()
+                    .node_id;
+                Some(FilesSide {
+                    parent,
+                    controller_socket: files_controller,
+                    node_socket: files_node,
+                    node_id,
+                    class,
+                })
+            }
+            None => None,
+        };
         let bed = Self {
+            files,
             lab,
             server,
             admin,
@@ -342,6 +403,9 @@ impl ClaimBed {
         };
         for c in bed.objects.classes() {
             bed.storage_class(c).await?;
+        }
+        if let Some(files) = &bed.files {
+            bed.storage_class(&files.class).await?;
         }
         Ok(bed)
     }

@@ -182,6 +182,19 @@ impl NodePlugin {
         Self::start_with(lab, name, state_dir, "lab-node").await
     }
 
+    /// As [`NodePlugin::start`], with `extra_args` on every start.
+    pub async fn start_with_args(lab: &Lab, name: &str, extra_args: Vec<OsString>) -> Result<Self> {
+        let mut plugin = Self::unstarted(
+            lab,
+            name,
+            lab.work.join(format!("{name}.node-state")),
+            "lab-node",
+        );
+        plugin.extra_args = extra_args;
+        plugin.spawn(&[]).await?;
+        Ok(plugin)
+    }
+
     /// As [`NodePlugin::start`], for the node `node_name`.
     pub async fn start_as(lab: &Lab, name: &str, node_name: &str) -> Result<Self> {
         let state_dir = lab.work.join(format!("{name}.node-state"));
@@ -194,16 +207,20 @@ impl NodePlugin {
         state_dir: PathBuf,
         node_name: &str,
     ) -> Result<Self> {
-        let mut plugin = Self {
+        let mut plugin = Self::unstarted(lab, name, state_dir, node_name);
+        plugin.spawn(&[]).await?;
+        Ok(plugin)
+    }
+
+    fn unstarted(lab: &Lab, name: &str, state_dir: PathBuf, node_name: &str) -> Self {
+        Self {
             socket: lab.work.join(format!("{name}.csi.sock")),
             state_dir,
             log: lab.work.join(format!("{name}.node.log")),
             process: None,
             extra_args: Vec::new(),
             node_name: node_name.to_owned(),
-        };
-        plugin.spawn(&[]).await?;
-        Ok(plugin)
+        }
     }
 
     /// Starts the process with extra environment `env`, waiting for ready.

@@ -26,6 +26,7 @@ pub mod claim_witness;
 pub mod cmd;
 pub mod csi;
 pub mod env;
+pub mod files_bed;
 pub mod guide_world;
 pub mod guides;
 pub mod iscsi;

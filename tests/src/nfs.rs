@@ -54,6 +54,15 @@ impl FsParent {
     pub fn pool(&self) -> &str {
         self.dataset.split('/').next().unwrap_or_default()
     }
+
+    /// How many datasets are below it (the volumes left).
+    pub fn children_count(&self) -> Result<usize> {
+        let out = run(
+            "zfs",
+            &["list", "-H", "-o", "name", "-r", "-d", "1", &self.dataset],
+        )?;
+        Ok(out.lines().filter(|l| l.trim() != self.dataset).count())
+    }
 }
 
 impl Drop for FsParent {

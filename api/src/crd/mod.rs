@@ -24,8 +24,8 @@ mod snapshot;
 mod volume;
 
 pub use infra::{
-    AgentStatus, Filesystem, FsType, IscsiProtocol, LvmBackend, NvmeofTcpProtocol, PillarAgent,
-    PillarAgentSpec, PillarProtocol, PillarProtocolSpec, PillarStorageClass,
+    AgentStatus, Filesystem, FsType, IscsiProtocol, LvmBackend, NfsProtocol, NvmeofTcpProtocol,
+    PillarAgent, PillarAgentSpec, PillarProtocol, PillarProtocolSpec, PillarStorageClass,
     PillarStorageClassSpec, PillarStore, PillarStoreSpec, ProtocolConfig, ReadyStatus,
     ReclaimPolicy, StorageClassTemplate, StoreBackend, VolumeBindingMode, ZfsBackend,
 };

@@ -75,9 +75,10 @@ pub struct NodeConfig {
     pub nvme_reconnect: nvme::ReconnectPolicy,
     /// A fault to inject for tests ([`Fault`]).
     pub fault: Option<Fault>,
-    /// The address this node's NFS mounts come from (what exports admit):
-    /// set when the node serves the files identity.
-    pub nfs_client: Option<std::net::IpAddr>,
+    /// This node's NFS client: the address its mounts come from (what
+    /// exports admit; set when the node serves the files identity) and the
+    /// version it mounts by default.
+    pub nfs: nfs::NfsClient,
 }
 
 impl NodeConfig {
@@ -94,7 +95,7 @@ impl NodeConfig {
             device_wait: Duration::from_secs(60),
             nvme_reconnect: nvme::ReconnectPolicy::default(),
             fault: None,
-            nfs_client: None,
+            nfs: nfs::NfsClient::default(),
         }
     }
 }
@@ -172,8 +173,10 @@ impl Node {
             .map_err(|e| Error::internal(e.to_string()))?;
         let node_id = NodeId::new(&config.node_name, &nqn, &iqn)
             .map_err(|e| Error::invalid(e.to_string()))?;
+        nfs::check_version(&config.nfs.version)?;
         let files_node_id = config
-            .nfs_client
+            .nfs
+            .address
             .map(|address| FilesNodeId::new(&config.node_name, address))
             .transpose()
             .map_err(|e| Error::invalid(e.to_string()))?;

@@ -10,9 +10,9 @@
 //! staging mount into pods as for a block volume's filesystem.
 //!
 //! The NFS version is the capability's mount flags' `vers=` (or `nfsvers=`,
-//! the StorageClass's `mountOptions`), [`DEFAULT_VERSION`] when none is
-//! given; the server's address and port are the publish context's and a
-//! flag naming them is refused.
+//! the StorageClass's `mountOptions`), else the node plugin's
+//! `--nfs-version` ([`DEFAULT_VERSION`] unless set); the server's address
+//! and port are the publish context's and a flag naming them is refused.
 use super::error::{Error, Result};
 use super::mounts::{mount_at, mount_filesystem, split_options, MountEntry, Options};
 use super::record::{Phase, StagingRecord};
@@ -22,8 +22,26 @@ use crate::publish_context::{Protocol, PublishContext};
 use std::net::IpAddr;
 use std::path::Path;
 
-/// The NFS version mounted when the mount flags name none.
+/// The NFS version mounted when neither the mount flags nor the node
+/// plugin's configuration name one.
 pub const DEFAULT_VERSION: &str = "4.2";
+
+/// Checks an NFS version the node plugin is configured with.
+pub fn check_version(version: &str) -> Result<()> {
+    fs_type_of(version).map(drop)
+}
+
+fn fs_type_of(version: &str) -> Result<&'static str> {
+    VERSIONS
+        .iter()
+        .find(|(v, _)| *v == version)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "NFS version {version:?} is not supported (3, 4, 4.0, 4.1 or 4.2)"
+            ))
+        })
+}
 
 /// The versions the node mounts, and the filesystem type of each.
 const VERSIONS: [(&str, &str); 5] = [
@@ -58,13 +76,27 @@ pub fn source_of(server: IpAddr, path: &str) -> String {
     }
 }
 
-/// The mount of the export in `ctx` with the CSI mount `flags`; `client` is
-/// the node's own address, given to NFSv4 as `clientaddr`.
-pub fn nfs_mount(
-    ctx: &PublishContext,
-    flags: &[String],
-    client: Option<IpAddr>,
-) -> Result<NfsMount> {
+/// The node's side of its NFS mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NfsClient {
+    /// The node's own address, given to NFSv4 as `clientaddr`.
+    pub address: Option<IpAddr>,
+    /// The version mounted when the mount flags name none.
+    pub version: String,
+}
+
+impl Default for NfsClient {
+    fn default() -> Self {
+        Self {
+            address: None,
+            version: DEFAULT_VERSION.to_owned(),
+        }
+    }
+}
+
+/// The mount of the export in `ctx` with the CSI mount `flags` from the
+/// node `client`.
+pub fn nfs_mount(ctx: &PublishContext, flags: &[String], client: &NfsClient) -> Result<NfsMount> {
     let given = split_options(flags)?;
     let mut version = None;
     let mut data = Vec::new();
@@ -80,16 +112,8 @@ pub fn nfs_mount(
             _ => data.push(option.to_owned()),
         }
     }
-    let version = version.unwrap_or_else(|| DEFAULT_VERSION.to_owned());
-    let fs_type = VERSIONS
-        .iter()
-        .find(|(v, _)| *v == version)
-        .map(|(_, t)| *t)
-        .ok_or_else(|| {
-            Error::invalid(format!(
-                "NFS version {version:?} is not supported (3, 4, 4.0, 4.1 or 4.2)"
-            ))
-        })?;
+    let version = version.unwrap_or_else(|| client.version.clone());
+    let fs_type = fs_type_of(&version)?;
     let has_proto = data.iter().any(|o| o.starts_with("proto="));
     let mut options = Options {
         flags: given.flags,
@@ -102,7 +126,7 @@ pub fn nfs_mount(
         let proto = if ctx.address.is_ipv6() { "tcp6" } else { "tcp" };
         options = options.with_data(&format!("proto={proto}"));
     }
-    if let (Some(client), "nfs4") = (client, fs_type) {
+    if let (Some(client), "nfs4") = (client.address, fs_type) {
         options = options.with_data(&format!("clientaddr={client}"));
     }
     Ok(NfsMount {
@@ -170,7 +194,7 @@ impl Node {
                 req.volume_id
             )));
         };
-        let mount = nfs_mount(&req.context, flags, self.config.nfs_client)?;
+        let mount = nfs_mount(&req.context, flags, &self.config.nfs)?;
         let want = StagingRecord {
             fs_type: Some(mount.fs_type.to_owned()),
             ..req.record()
@@ -239,20 +263,19 @@ mod tests {
 
     #[test]
     fn nfs_4_2_is_the_default_and_the_driver_sets_where_to_mount_from() {
-        let client = "192.0.2.9".parse().ok();
-        let m = nfs_mount(&context("192.0.2.1"), &[], client).unwrap();
+        let client = NfsClient {
+            address: "192.0.2.9".parse().ok(),
+            ..Default::default()
+        };
+        let at = context("192.0.2.1");
+        let m = nfs_mount(&at, &[], &client).unwrap();
         assert_eq!(m.source, "192.0.2.1:/tank/k8s/pvc-1");
         assert_eq!(m.fs_type, "nfs4");
         assert_eq!(
             m.options.data,
             "vers=4.2,addr=192.0.2.1,port=2049,proto=tcp,clientaddr=192.0.2.9"
         );
-        let v3 = nfs_mount(
-            &context("192.0.2.1"),
-            &flags(&["nfsvers=3", "nolock", "ro"]),
-            client,
-        )
-        .unwrap();
+        let v3 = nfs_mount(&at, &flags(&["nfsvers=3", "nolock", "ro"]), &client).unwrap();
         assert_eq!(v3.fs_type, "nfs");
         assert_eq!(
             v3.options.data,
@@ -262,7 +285,7 @@ mod tests {
         let v6 = nfs_mount(
             &context("2001:db8::1"),
             &flags(&["vers=4.1,proto=rdma"]),
-            None,
+            &NfsClient::default(),
         )
         .unwrap();
         assert_eq!(v6.source, "[2001:db8::1]:/tank/k8s/pvc-1");
@@ -270,18 +293,31 @@ mod tests {
             v6.options.data,
             "proto=rdma,vers=4.1,addr=2001:db8::1,port=2049"
         );
+        let node_v3 = NfsClient {
+            version: "3".into(),
+            ..client
+        };
+        let m = nfs_mount(&at, &[], &node_v3).unwrap();
+        assert_eq!(
+            (m.fs_type, m.options.data.as_str()),
+            ("nfs", "vers=3,addr=192.0.2.1,port=2049,proto=tcp")
+        );
+        let m = nfs_mount(&at, &flags(&["vers=4.2"]), &node_v3).unwrap();
+        assert_eq!(m.fs_type, "nfs4", "the mount flags win over the node's");
     }
 
     #[test]
     fn unknown_versions_and_the_drivers_own_options_are_refused_by_name() {
-        let e = nfs_mount(&context("192.0.2.1"), &flags(&["vers=2"]), None).unwrap_err();
+        let (node, at) = (NfsClient::default(), context("192.0.2.1"));
+        let e = nfs_mount(&at, &flags(&["vers=2"]), &node).unwrap_err();
         assert!(e.message.contains("NFS version \"2\""), "{e:?}");
-        let e = nfs_mount(&context("192.0.2.1"), &flags(&["addr=10.0.0.1"]), None).unwrap_err();
+        assert!(check_version("4.2").is_ok() && check_version("5").is_err());
+        let e = nfs_mount(&at, &flags(&["addr=10.0.0.1"]), &node).unwrap_err();
         assert!(
             e.message.contains("\"addr=10.0.0.1\" is not allowed"),
             "{e:?}"
         );
-        let e = nfs_mount(&context("192.0.2.1"), &flags(&["bind"]), None).unwrap_err();
+        let e = nfs_mount(&at, &flags(&["bind"]), &node).unwrap_err();
         assert!(e.message.contains("not allowed"), "{e:?}");
     }
 }
