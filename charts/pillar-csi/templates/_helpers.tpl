@@ -93,3 +93,19 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 {{- end -}}
 {{- toYaml $rules -}}
 {{- end -}}
+
+{{/* The host folders the agent mounts filesystem volumes under, as a JSON list:
+agent.nfs.hostPaths, or /<pool>/<parentDataset> of each zfsDataset backend. */}}
+{{- define "pillar-csi.agent.filesystemPaths" -}}
+{{- $paths := list -}}
+{{- if .Values.agent.nfs.hostPaths -}}
+{{- $paths = .Values.agent.nfs.hostPaths -}}
+{{- else -}}
+{{- range .Values.agent.backends -}}
+{{- with .zfsDataset -}}
+{{- $paths = append $paths (printf "/%s" (trimSuffix "/" (printf "%s/%s" .pool (default "" .parentDataset)))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $paths -}}
+{{- end -}}

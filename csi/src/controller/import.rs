@@ -1,6 +1,9 @@
 //! Imports through PVC annotations: `pillar-csi.bhyoo.com/import-zvol`
-//! (spec/import-zvol.md) and `pillar-csi.bhyoo.com/import-lv` with
-//! `import-lv-policy` (spec/adopt-lvm-lv.md).
+//! (spec/import-zvol.md), `pillar-csi.bhyoo.com/import-lv` with
+//! `import-lv-policy` (spec/adopt-lvm-lv.md), and
+//! `pillar-csi.bhyoo.com/import-zfs-dataset` (a ZFS filesystem, under the
+//! files identity: always kept as it is, README "Existing filesystem
+//! adoption").
 //!
 //! Everything here runs before anything is written: the annotation's value,
 //! its fit to the class's PillarStore, and its fit to a record that already
@@ -11,10 +14,11 @@
 //! [`Error::for_claim`]: super::error::Error::for_claim
 use super::error::{Error, Result};
 use api::annotations::{
-    parse_import_lv, parse_import_lv_policy, parse_import_zvol, LvIdentity, LvPolicy,
-    IMPORT_LV_ANNOTATION, IMPORT_LV_POLICY_ANNOTATION, IMPORT_ZVOL_ANNOTATION,
+    parse_import_lv, parse_import_lv_policy, parse_import_zfs_dataset, parse_import_zvol,
+    LvIdentity, LvPolicy, IMPORT_LV_ANNOTATION, IMPORT_LV_POLICY_ANNOTATION,
+    IMPORT_ZFS_DATASET_ANNOTATION, IMPORT_ZVOL_ANNOTATION,
 };
-use api::crd::{LvmSource, PillarVolumeState, StoreBackend, VolumePhase};
+use api::crd::{LvmSource, PillarVolumeState, StoreBackend, VolumePhase, ZfsBackend};
 use api::handle::AgentVolumeId;
 use api::names::zfs::DatasetName;
 use api::tokens::Backend;
@@ -26,6 +30,9 @@ use std::collections::BTreeMap;
 pub enum Source {
     /// An existing zvol, by its full dataset name.
     Zvol(DatasetName),
+    /// An existing ZFS filesystem, by its full dataset name: always kept
+    /// as it is (never resized, chmod-ed or destroyed).
+    Filesystem(DatasetName),
     /// An existing LV, pinned by names and UUIDs, with its policy.
     Lv {
         /// Names and UUIDs.
@@ -58,6 +65,21 @@ pub fn requested(
     let zvol = annotations.get(IMPORT_ZVOL_ANNOTATION);
     let lv = annotations.get(IMPORT_LV_ANNOTATION);
     let policy = annotations.get(IMPORT_LV_POLICY_ANNOTATION);
+    if let Some(value) = annotations.get(IMPORT_ZFS_DATASET_ANNOTATION) {
+        if let Some(other) = [
+            (zvol, IMPORT_ZVOL_ANNOTATION),
+            (lv, IMPORT_LV_ANNOTATION),
+            (policy, IMPORT_LV_POLICY_ANNOTATION),
+        ]
+        .iter()
+        .find_map(|(v, a)| v.map(|_| *a))
+        {
+            return Err(invalid(format!(
+                "{IMPORT_ZFS_DATASET_ANNOTATION} and {other} cannot be combined on one claim"
+            )));
+        }
+        return filesystem_in(value, backend).map(Some);
+    }
     match (zvol, lv) {
         (Some(_), Some(_)) => Err(invalid(format!(
             "{IMPORT_ZVOL_ANNOTATION} and {IMPORT_LV_ANNOTATION} cannot be combined on one claim"
@@ -81,9 +103,10 @@ pub fn requested(
 }
 
 fn backend_token(backend: &StoreBackend) -> &'static str {
-    match (&backend.zfs, &backend.lvm) {
-        (Some(_), _) => Backend::ZfsZvol.as_str(),
-        (_, Some(_)) => Backend::LvmLv.as_str(),
+    match (&backend.zfs, &backend.lvm, &backend.zfs_dataset) {
+        (Some(_), _, _) => Backend::ZfsZvol.as_str(),
+        (_, Some(_), _) => Backend::LvmLv.as_str(),
+        (_, _, Some(_)) => Backend::ZfsDataset.as_str(),
         _ => "none",
     }
 }
@@ -97,6 +120,38 @@ fn zvol_in(value: &str, backend: &StoreBackend) -> Result<Import> {
             backend_token(backend)
         )));
     };
+    let agent_volume_id = below_parent(a, value, &dataset, zfs, Backend::ZfsZvol)?;
+    Ok(Import {
+        source: Source::Zvol(dataset),
+        agent_volume_id,
+    })
+}
+
+fn filesystem_in(value: &str, backend: &StoreBackend) -> Result<Import> {
+    let a = IMPORT_ZFS_DATASET_ANNOTATION;
+    let dataset = parse_import_zfs_dataset(value).map_err(|e| invalid(e.0))?;
+    let Some(zfs) = &backend.zfs_dataset else {
+        return Err(invalid(format!(
+            "{a} requires a zfsDataset PillarStore backend, got backend {:?}",
+            backend_token(backend)
+        )));
+    };
+    let agent_volume_id = below_parent(a, value, &dataset, zfs, Backend::ZfsDataset)?;
+    Ok(Import {
+        source: Source::Filesystem(dataset),
+        agent_volume_id,
+    })
+}
+
+/// The agent volume ID of `dataset` (named by annotation `a` as `value`),
+/// which must be a child of the store's parent dataset.
+fn below_parent(
+    a: &str,
+    value: &str,
+    dataset: &DatasetName,
+    zfs: &ZfsBackend,
+    kind: Backend,
+) -> Result<AgentVolumeId> {
     if dataset.pool() != zfs.pool {
         return Err(invalid(format!(
             "{a} dataset {value:?} lives in pool {:?} but the PillarStore selects pool {:?}",
@@ -114,12 +169,7 @@ fn zvol_in(value: &str, backend: &StoreBackend) -> Result<Import> {
         )));
     }
     let id = format!("{}/{}", zfs.pool, dataset.last());
-    let agent_volume_id = AgentVolumeId::parse(Backend::ZfsZvol, &id)
-        .map_err(|e| invalid(format!("{a} dataset {value:?}: {e}")))?;
-    Ok(Import {
-        source: Source::Zvol(dataset),
-        agent_volume_id,
-    })
+    AgentVolumeId::parse(kind, &id).map_err(|e| invalid(format!("{a} dataset {value:?}: {e}")))
 }
 
 fn lv_in(value: &str, policy: Option<&str>, backend: &StoreBackend) -> Result<Import> {
@@ -154,6 +204,7 @@ impl Import {
     pub fn annotation(&self) -> &'static str {
         match self.source {
             Source::Zvol(_) => IMPORT_ZVOL_ANNOTATION,
+            Source::Filesystem(_) => IMPORT_ZFS_DATASET_ANNOTATION,
             Source::Lv { .. } => IMPORT_LV_ANNOTATION,
         }
     }
@@ -162,6 +213,7 @@ impl Import {
     pub fn what(&self) -> String {
         match &self.source {
             Source::Zvol(d) => format!("zvol {:?}", d.as_str()),
+            Source::Filesystem(d) => format!("filesystem {:?}", d.as_str()),
             Source::Lv { identity, .. } => {
                 format!(
                     "logical volume {:?}",
@@ -174,7 +226,7 @@ impl Import {
     /// The record's `spec.importedFrom`.
     pub fn imported_from(&self) -> Option<String> {
         match &self.source {
-            Source::Zvol(d) => Some(d.as_str().to_owned()),
+            Source::Zvol(d) | Source::Filesystem(d) => Some(d.as_str().to_owned()),
             Source::Lv { .. } => None,
         }
     }
@@ -182,7 +234,7 @@ impl Import {
     /// The record's `spec.lvmSource`.
     pub fn lvm_source(&self) -> Option<LvmSource> {
         match &self.source {
-            Source::Zvol(_) => None,
+            Source::Zvol(_) | Source::Filesystem(_) => None,
             Source::Lv { identity, policy } => Some(LvmSource {
                 volume_group: identity.vg.as_str().to_owned(),
                 logical_volume: identity.lv.as_str().to_owned(),
@@ -201,6 +253,7 @@ impl Import {
         request.lvm_provisioning = agent::LvmProvisioning::Unspecified as i32;
         match &self.source {
             Source::Zvol(d) => request.import_zvol = d.as_str().to_owned(),
+            Source::Filesystem(d) => request.import_zfs_dataset = d.as_str().to_owned(),
             Source::Lv { identity, policy } => {
                 request.import_lv = Some(agent::LvmIdentity {
                     volume_group: identity.vg.as_str().to_owned(),
@@ -228,9 +281,15 @@ pub fn key_from_secrets(
     if secrets.is_empty() {
         return Ok(Vec::new());
     }
-    if matches!(import.source, Source::Lv { .. }) {
+    let noun = match import.source {
+        Source::Zvol(_) => None,
+        Source::Filesystem(_) => Some("a filesystem"),
+        Source::Lv { .. } => Some("a logical volume"),
+    };
+    if let Some(noun) = noun {
         return Err(invalid(format!(
-            "the provisioner secret is for the key of an imported encrypted zvol; {IMPORT_LV_ANNOTATION} imports a logical volume, which has none"
+            "the provisioner secret is for the key of an imported encrypted zvol; {} imports {noun}, which has none",
+            import.annotation()
         )));
     }
     match secrets.get(KEY_SECRET_FIELD) {
@@ -249,7 +308,10 @@ pub fn key_from_secrets(
 /// How an existing record's source reads in a message.
 fn recorded_source(state: &PillarVolumeState) -> Option<String> {
     if let Some(d) = &state.spec.imported_from {
-        return Some(format!("zvol {d:?}"));
+        return Some(match state.spec.backend_type {
+            Backend::ZfsDataset => format!("filesystem {d:?}"),
+            _ => format!("zvol {d:?}"),
+        });
     }
     state.spec.lvm_source.as_ref().map(|s| {
         format!(
@@ -276,6 +338,7 @@ pub fn check_record(name: &str, state: &PillarVolumeState, import: Option<&Impor
         (Some(i), None) => {
             let noun = match i.source {
                 Source::Zvol(_) => "a zvol",
+                Source::Filesystem(_) => "a filesystem",
                 Source::Lv { .. } => "a logical volume",
             };
             Err(Error::FailedPrecondition(format!(
@@ -292,6 +355,9 @@ pub fn check_record(name: &str, state: &PillarVolumeState, import: Option<&Impor
         (i, Some(source)) => {
             let annotation = match (i, &state.spec.imported_from) {
                 (Some(i), _) => i.annotation(),
+                (None, Some(_)) if state.spec.backend_type == Backend::ZfsDataset => {
+                    IMPORT_ZFS_DATASET_ANNOTATION
+                }
                 (None, Some(_)) => IMPORT_ZVOL_ANNOTATION,
                 (None, None) => IMPORT_LV_ANNOTATION,
             };
@@ -351,12 +417,14 @@ pub fn seen_bound(state: &PillarVolumeState) -> bool {
         || state.spec.recovery.is_some()
 }
 
-/// Whether the volume is an LV kept PreserveOriginal: adopted so
-/// (`spec.lvmSource`) or recovered so (`spec.recovery.source`).
+/// Whether the volume is kept as it is: an LV adopted PreserveOriginal
+/// (`spec.lvmSource`) or recovered so (`spec.recovery.source`), or an
+/// adopted filesystem (always).
 pub fn preserves_original(state: &PillarVolumeState) -> bool {
     let adopted = state.spec.lvm_source.as_ref();
     let recovered = state.spec.recovery.as_ref().map(|r| &r.source);
     adopted.or(recovered).is_some_and(|s| s.preserve_original)
+        || (state.spec.backend_type == Backend::ZfsDataset && state.spec.imported_from.is_some())
 }
 
 /// Whether DeleteVolume only releases the volume (ReleaseVolume: the agent

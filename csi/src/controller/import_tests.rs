@@ -68,6 +68,47 @@ fn a_zvol_exactly_one_level_under_the_store_is_imported_under_its_own_name() {
     assert_eq!(ask(&[], &zfs(None)).unwrap(), None);
 }
 
+fn datasets(parent: Option<&str>) -> StoreBackend {
+    StoreBackend {
+        zfs_dataset: zfs(parent).zfs,
+        ..Default::default()
+    }
+}
+
+const F: &str = IMPORT_ZFS_DATASET_ANNOTATION;
+
+#[test]
+fn a_filesystem_under_a_dataset_store_is_adopted_and_always_kept() {
+    let i = ask(&[(F, "hot-data/share/media")], &datasets(Some("share")))
+        .unwrap()
+        .unwrap();
+    assert_eq!(i.agent_volume_id.to_string(), "hot-data/media");
+    assert_eq!(i.agent_volume_id.backend(), Backend::ZfsDataset);
+    assert_eq!(i.what(), "filesystem \"hot-data/share/media\"");
+    let mut r = agent::CreateVolumeRequest::default();
+    i.apply(&mut r);
+    assert_eq!(r.import_zfs_dataset, "hot-data/share/media");
+    assert_eq!(r.import_zvol, "");
+    assert_eq!(
+        refusal(&[(F, "hot-data/share/media")], &zfs(Some("share"))),
+        format!("{F} requires a zfsDataset PillarStore backend, got backend \"zfs-zvol\"")
+    );
+    assert_eq!(
+        refusal(&[(F, "hot-data/other/media")], &datasets(Some("share"))),
+        format!("{F} dataset \"hot-data/other/media\" is not under the PillarStore's parent dataset \"hot-data/share\"")
+    );
+    assert_eq!(
+        refusal(
+            &[(F, "hot-data/share/media"), (Z, "hot-data/share/x")],
+            &datasets(Some("share"))
+        ),
+        format!("{F} and {Z} cannot be combined on one claim")
+    );
+    let secrets = [("key".to_owned(), "00".repeat(32))].into_iter().collect();
+    let e = key_from_secrets(&secrets, &i).unwrap_err().to_string();
+    assert!(e.contains("imports a filesystem, which has none"), "{e}");
+}
+
 #[test]
 fn zvol_refusals_name_the_store_s_layout() {
     let k8s = zfs(Some("k8s"));
