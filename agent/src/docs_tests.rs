@@ -45,8 +45,10 @@ const RULES: [(&str, &str); 2] = [
 /// Calls whose `format!` builds a recovery rule's refusal.
 const RULE_MARKERS: [&str; 2] = ["Err(", "differs("];
 
-/// The guides that hold the agent's refusal tables.
-const GUIDES: [(&str, &str); 5] = [
+/// The guides that hold the agent's refusal tables (the README holds
+/// those of filesystem adoption).
+const GUIDES: [(&str, &str); 6] = [
+    ("README.md", include_str!("../../README.md")),
     ("docs/install.md", include_str!("../../docs/install.md")),
     (
         "docs/import-zvol.md",

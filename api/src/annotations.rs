@@ -22,6 +22,9 @@ pub const IMPORT_ZVOL_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-zvol";
 /// The annotation naming a ZFS filesystem to adopt (the
 /// `files.pillar-csi.bhyoo.com` driver's).
 pub const IMPORT_ZFS_DATASET_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-zfs-dataset";
+/// The annotation naming an existing directory to adopt (the spec's; not
+/// served yet: a claim carrying it is refused, never given a new volume).
+pub const IMPORT_DIRECTORY_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-directory";
 /// The annotation naming an LV to adopt, with its UUIDs.
 pub const IMPORT_LV_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-lv";
 /// The annotation choosing the adopted LV's policy.

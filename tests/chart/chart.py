@@ -20,6 +20,7 @@ NAMESPACE = "pillar-csi"
 
 ZFS = {"zfs": {"pool": "tank", "parentDataset": "k8s"}}
 LVM = {"lvm": {"volumeGroup": "data-vg", "thinPool": "thin0"}}
+DATASETS = {"zfsDataset": {"pool": "tank", "parentDataset": "share"}}
 
 # The render matrix: name -> values given to `helm install`.
 CASES: dict[str, dict] = {
@@ -35,6 +36,7 @@ CASES: dict[str, dict] = {
     "install-crds-false": {"installCRDs": False},
     "insecure-plaintext": {"mtls": {"insecurePlaintext": True}},
     "encryption-kek": {"agent": {"keyEncryptionKeySecret": "pillar-csi-kek"}},
+    "files-enabled": {"files": {"enabled": True}, "agent": {"backends": [ZFS, DATASETS]}},
 }
 
 

@@ -16,7 +16,8 @@ import pytest
 from chart import ROOT, pillar_csi_binary
 
 CONTAINERFILE = ROOT / "Containerfile"
-NODE_TOOLS = {"mkfs.ext4": "e2fsprogs", "mkfs.xfs": "xfsprogs", "iscsiadm": "open-iscsi"}
+NODE_TOOLS = {"mkfs.ext4": "e2fsprogs", "mkfs.xfs": "xfsprogs", "iscsiadm": "open-iscsi",
+              "exportfs": "nfs-kernel-server"}
 
 
 def runtime_packages() -> set[str]:

@@ -394,7 +394,7 @@ async fn claim_files_adopts_a_filesystem_with_data_and_keeps_it_on_delete() -> R
 
     // A claim asking another size is refused by the agent, which names
     // both numbers; nothing is resized.
-    let name = bed.lab.unique("media-big");
+    let name = bed.lab.unique("media");
     let pv = claim(&bed, &name, &files.class.storage_class, &import).await?;
     let create = create_volume(
         &params,
@@ -407,7 +407,7 @@ async fn claim_files_adopts_a_filesystem_with_data_and_keeps_it_on_delete() -> R
         "",
     );
     let refused = controller
-        .create_volume(create)
+        .create_volume(create.clone())
         .await
         .expect_err("the quota prerequisite must refuse 64 MiB");
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
@@ -418,25 +418,16 @@ async fn claim_files_adopts_a_filesystem_with_data_and_keeps_it_on_delete() -> R
     );
     assert_eq!(zget(&legacy, "refquota")?, (32 * MIB).to_string());
 
-    // The claim of its exact size adopts it: its data is served as it is.
-    let name = bed.lab.unique("media");
-    let pv = claim(&bed, &name, &files.class.storage_class, &import).await?;
+    // The operator meets the prerequisite; the provisioner's retry adopts
+    // the filesystem, whose data is served as it is.
+    pillar_csi_lab::run("zfs", &["set", &format!("refquota={}", 64 * MIB), &legacy])?;
     let volume = controller
-        .create_volume(create_volume(
-            &params,
-            ClaimRef {
-                namespace: NAMESPACE,
-                name: &name,
-                pv: &pv,
-            },
-            32 * MIB,
-            "",
-        ))
+        .create_volume(create)
         .await?
         .into_inner()
         .volume
         .ok_or("no volume")?;
-    assert_eq!(volume.capacity_bytes, (32 * MIB) as i64);
+    assert_eq!(volume.capacity_bytes, (64 * MIB) as i64);
     let cap = rwx(pillar_csi_lab::claim_requests::capability(""));
     let mut publish = publish_volume(&volume, &files.node_id, "");
     publish.volume_capability = Some(cap.clone());
@@ -470,7 +461,7 @@ async fn claim_files_adopts_a_filesystem_with_data_and_keeps_it_on_delete() -> R
     let grow = controller
         .controller_expand_volume(pb::ControllerExpandVolumeRequest {
             volume_id: volume.volume_id.clone(),
-            capacity_range: pillar_csi_lab::claim_requests::range(64 * MIB),
+            capacity_range: pillar_csi_lab::claim_requests::range(128 * MIB),
             volume_capability: Some(cap),
             ..Default::default()
         })
@@ -486,7 +477,7 @@ async fn claim_files_adopts_a_filesystem_with_data_and_keeps_it_on_delete() -> R
         })
         .await?;
     assert_eq!(zget(&legacy, "type")?, "filesystem", "never destroyed");
-    assert_eq!(zget(&legacy, "refquota")?, (32 * MIB).to_string());
+    assert_eq!(zget(&legacy, "refquota")?, (64 * MIB).to_string());
     assert_eq!(
         std::fs::read_to_string(Path::new(&zget(&legacy, "mountpoint")?).join("kept.txt"))?,
         "from before pillar-csi"

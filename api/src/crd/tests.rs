@@ -168,3 +168,45 @@ fn schemas_use_no_cel_rules() {
         assert!(yaml.starts_with("# Generated from the Rust types"));
     }
 }
+
+/// The README's filesystem-adoption objects (the block after
+/// `<!-- file: files-objects.yaml -->`), as an operator applies them.
+fn readme_files_objects() -> Vec<serde_yaml::Value> {
+    let readme = include_str!("../../../README.md");
+    let block = readme
+        .split("<!-- file: files-objects.yaml -->\n```yaml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("README.md has the files-objects.yaml block");
+    block
+        .split("\n---\n")
+        .map(|doc| serde_yaml::from_str(doc).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_readme_examples_of_filesystem_adoption_parse() {
+    let docs = readme_files_objects();
+    assert_eq!(docs.len(), 3);
+    let store: PillarStore = serde_yaml::from_value(docs[0].clone()).unwrap();
+    let fs = store.spec.backend.zfs_dataset.unwrap();
+    assert_eq!(
+        (fs.pool.as_str(), fs.parent_dataset.as_deref()),
+        ("tank", Some("share"))
+    );
+    assert!(store.spec.backend.zfs.is_none() && store.spec.backend.lvm.is_none());
+    let proto: PillarProtocol = serde_yaml::from_value(docs[1].clone()).unwrap();
+    assert_eq!(proto.spec.protocol.nfs, Some(NfsProtocol {}));
+    let class: PillarStorageClass = serde_yaml::from_value(docs[2].clone()).unwrap();
+    assert_eq!(
+        (
+            class.spec.store_ref.as_str(),
+            class.spec.protocol_ref.as_str()
+        ),
+        ("storage-1-share", "nfs")
+    );
+    assert_eq!(
+        class.spec.storage_class.reclaim_policy,
+        Some(ReclaimPolicy::Retain)
+    );
+}

@@ -15,8 +15,8 @@
 use super::error::{Error, Result};
 use api::annotations::{
     parse_import_lv, parse_import_lv_policy, parse_import_zfs_dataset, parse_import_zvol,
-    LvIdentity, LvPolicy, IMPORT_LV_ANNOTATION, IMPORT_LV_POLICY_ANNOTATION,
-    IMPORT_ZFS_DATASET_ANNOTATION, IMPORT_ZVOL_ANNOTATION,
+    LvIdentity, LvPolicy, IMPORT_DIRECTORY_ANNOTATION, IMPORT_LV_ANNOTATION,
+    IMPORT_LV_POLICY_ANNOTATION, IMPORT_ZFS_DATASET_ANNOTATION, IMPORT_ZVOL_ANNOTATION,
 };
 use api::crd::{LvmSource, PillarVolumeState, StoreBackend, VolumePhase, ZfsBackend};
 use api::handle::AgentVolumeId;
@@ -65,6 +65,13 @@ pub fn requested(
     let zvol = annotations.get(IMPORT_ZVOL_ANNOTATION);
     let lv = annotations.get(IMPORT_LV_ANNOTATION);
     let policy = annotations.get(IMPORT_LV_POLICY_ANNOTATION);
+    if annotations.contains_key(IMPORT_DIRECTORY_ANNOTATION) {
+        // Refused, never ignored: ignoring it would give the claim a new,
+        // empty volume where it asked for its data.
+        return Err(invalid(format!(
+            "{IMPORT_DIRECTORY_ANNOTATION} is not served by this version: directory volumes (with project quotas) are not built yet; adopt a ZFS filesystem with {IMPORT_ZFS_DATASET_ANNOTATION} instead"
+        )));
+    }
     if let Some(value) = annotations.get(IMPORT_ZFS_DATASET_ANNOTATION) {
         if let Some(other) = [
             (zvol, IMPORT_ZVOL_ANNOTATION),

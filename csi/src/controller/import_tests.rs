@@ -104,6 +104,11 @@ fn a_filesystem_under_a_dataset_store_is_adopted_and_always_kept() {
         ),
         format!("{F} and {Z} cannot be combined on one claim")
     );
+    let e = refusal(
+        &[("pillar-csi.bhyoo.com/import-directory", "/srv/share/media")],
+        &datasets(Some("share")),
+    );
+    assert!(e.contains("is not served by this version"), "{e}");
     let secrets = [("key".to_owned(), "00".repeat(32))].into_iter().collect();
     let e = key_from_secrets(&secrets, &i).unwrap_err().to_string();
     assert!(e.contains("imports a filesystem, which has none"), "{e}");
