@@ -40,6 +40,7 @@ pub mod node_bed;
 pub mod nvme;
 pub mod played_kubelet;
 pub mod pod_life;
+pub mod progress;
 pub mod sanity;
 pub mod tls;
 

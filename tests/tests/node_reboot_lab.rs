@@ -9,7 +9,7 @@
 //! other test's exports in the same guest.
 //!
 //! Run with `tests/lab/run tests -- node_reboot`.
-use pillar_csi_lab::{block::pattern, node_bed::*, run, Result};
+use pillar_csi_lab::{block::pattern, node_bed::*, progress::wait_for, run, Result};
 use std::{
     fs,
     os::unix::fs::FileExt,
@@ -18,7 +18,7 @@ use std::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 /// The size of one record.
@@ -72,21 +72,6 @@ fn writer(path: PathBuf, stop: Arc<AtomicBool>, acked: Arc<AtomicU64>) -> Report
         }
     }
     report
-}
-
-async fn wait_for(acked: &AtomicU64, at_least: u64, bound: Duration) -> Result<()> {
-    let start = Instant::now();
-    while acked.load(Ordering::SeqCst) < at_least {
-        if start.elapsed() > bound {
-            return Err(format!(
-                "the writer acknowledged {} records, waited for {at_least}",
-                acked.load(Ordering::SeqCst)
-            )
-            .into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }
 
 /// The namespace's `device_uuid` in nvmet, as hosts see it.
