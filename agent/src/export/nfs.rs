@@ -34,6 +34,30 @@ const EXPORTFS_TIMEOUT: Duration = Duration::from_secs(60);
 /// they are answered, root as root (the pods' own users own their files),
 /// AUTH_SYS.
 const OPTIONS: &str = "rw,sync,no_subtree_check,no_root_squash,sec=sys";
+
+/// The export's `fsid`: a UUID derived from the volume ID alone, so the
+/// file handles clients hold stay valid when the filesystem is mounted
+/// again (a storage-node reboot, the agent's remount at start). Without
+/// it the server names the filesystem by what the kernel shows of the
+/// mount, and a client of the lab's reboot test got `ESTALE` afterwards.
+pub(crate) fn fsid(volume: &VolumeId) -> String {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("pillar-csi nfs fsid {volume}").as_bytes(),
+    );
+    let hex: String = digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
 /// What a volume's file is named after its ID's two parts.
 const FILE_PREFIX: &str = "pillar-csi@";
 /// The suffix of a file being removed: exportfs reads only `*.exports`.
@@ -209,8 +233,9 @@ pub(crate) fn exports_file(
     }
     let mut out =
         format!("# pillar-csi volume {volume}: written by the agent, replaced on every change\n");
+    let fsid = fsid(volume);
     for client in &record.allowed_initiators {
-        out.push_str(&format!("{shown} {client}({OPTIONS})\n"));
+        out.push_str(&format!("{shown} {client}({OPTIONS},fsid={fsid})\n"));
     }
     Ok(out)
 }
@@ -370,13 +395,18 @@ mod tests {
             &record(&["10.0.0.2", "fd00::3"]),
         )?;
         let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        let fsid = fsid(&id);
         assert_eq!(
             lines,
             [
-                format!("/tank/k8s/pvc-1 10.0.0.2({OPTIONS})"),
-                format!("/tank/k8s/pvc-1 fd00::3({OPTIONS})"),
+                format!("/tank/k8s/pvc-1 10.0.0.2({OPTIONS},fsid={fsid})"),
+                format!("/tank/k8s/pvc-1 fd00::3({OPTIONS},fsid={fsid})"),
             ]
         );
+        // Stable for one volume, its own for each.
+        assert_eq!(fsid, super::fsid(&VolumeId::parse("tank/pvc-1")?));
+        assert_ne!(fsid, super::fsid(&VolumeId::parse("tank/pvc-2")?));
+        assert_eq!(fsid.len(), 36);
         for bad in ["/a b", "relative", "/a#b", "/a\"b", "/a\\b", "/a\u{e9}"] {
             let err = exports_file(&id, Path::new(bad), &record(&["10.0.0.2"]))
                 .err()

@@ -206,7 +206,6 @@ impl Node {
             }
         }
         let mut record = existing.clone().unwrap_or(want);
-
         if let Err(why) = export_at(&record, &req.staging_path)? {
             if mount_at(&req.staging_path)?.is_some() {
                 return Err(Error::exists(why));
