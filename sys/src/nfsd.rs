@@ -23,21 +23,9 @@ pub fn flush_caches() -> io::Result<()> {
 
 /// [`flush_caches`] of the caches under `root`.
 pub fn flush_caches_in(root: &Path) -> io::Result<()> {
-    let now = now_seconds();
-    for cache in CACHES {
-        let flush = root.join(cache).join("flush");
-        match std::fs::write(&flush, format!("{now}\n")) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("{}: {e}", flush.display()),
-                ))
-            }
-        }
-    }
-    Ok(())
+    CACHES
+        .iter()
+        .try_for_each(|cache| write_flush(&root.join(cache).join("flush")))
 }
 
 /// [`flush_caches`] so that the kernel also removes the flushed entries
@@ -56,23 +44,51 @@ pub fn purge_caches_in(root: &Path, limit: std::time::Duration) -> io::Result<()
     let deadline = std::time::Instant::now() + limit;
     for cache in CACHES {
         let flush = root.join(cache).join("flush");
-        // The file reads as the cache's flush time, in seconds of the
-        // wall clock.
-        let ahead = match std::fs::read_to_string(&flush) {
-            Ok(text) => text.trim().parse::<u64>().unwrap_or_default(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("{}: {e}", flush.display()),
-                ))
+        // The kernel removes the flushed entries at once only when it
+        // took the flush time as the clock's (none ahead of it): a flush
+        // by someone else in the same second moves it ahead, and the
+        // entries then stay until the clock catches up and a flush or
+        // the cache's cleaner runs (up to 30 s later). So: wait until
+        // the flush time is behind the clock, flush, and do it again
+        // while the time it set is ahead.
+        while let Some(ahead) = flush_time(&flush)? {
+            while now_seconds() <= ahead && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(200));
             }
-        };
-        while now_seconds() <= ahead && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(200));
+            write_flush(&flush)?;
+            let took = flush_time(&flush)?.is_none_or(|set| set <= now_seconds());
+            if took || std::time::Instant::now() >= deadline {
+                break;
+            }
         }
     }
-    flush_caches_in(root)
+    Ok(())
+}
+
+/// The flush time of a cache's `flush` file, in seconds of the wall
+/// clock; `None` when the server has no such cache.
+fn flush_time(flush: &Path) -> io::Result<Option<u64>> {
+    match std::fs::read_to_string(flush) {
+        Ok(text) => Ok(Some(text.trim().parse::<u64>().unwrap_or_default())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("{}: {e}", flush.display()),
+        )),
+    }
+}
+
+/// Writes the time now to one cache's `flush` file (the kernel takes its
+/// own clock; a missing file is success).
+fn write_flush(flush: &Path) -> io::Result<()> {
+    match std::fs::write(flush, format!("{}\n", now_seconds())) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("{}: {e}", flush.display()),
+        )),
+    }
 }
 
 fn now_seconds() -> u64 {

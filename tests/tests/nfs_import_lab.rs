@@ -153,6 +153,14 @@ async fn nfs_import_lab_adopted_filesystem_refusals_and_preservation() -> Result
         .expect_err("no quota");
     assert!(err.message().contains("has no refquota"), "{err:?}");
     run("zfs", &["set", "refquota=40M", &ds])?;
+    // One ZFS does not mount is refused; mounted again, it is as it was.
+    run("zfs", &["set", "mountpoint=none", &ds])?;
+    let err = c
+        .create_volume(import(&ds, 40 * MIB))
+        .await
+        .expect_err("not mounted");
+    assert!(err.message().contains("mountpoint: "), "{err:?}");
+    run("zfs", &["inherit", "mountpoint", &ds])?;
     let before = fingerprint(&ds, &at)?;
 
     // Adopted: exported to a client that reads the data as it was.
@@ -213,6 +221,27 @@ async fn nfs_import_lab_adopted_filesystem_refusals_and_preservation() -> Result
         ..import(&ds, 40 * MIB)
     })
     .await?;
+    // The GUID is pinned: another filesystem made under its name while
+    // it is renamed away is refused, and the export is not made.
+    let away = format!("{ds}-away");
+    run("zfs", &["rename", &ds, &away])?;
+    run("zfs", &["create", "-o", "refquota=40M", &ds])?;
+    let err = c
+        .export_volume(pb::ExportVolumeRequest {
+            volume_id: id.clone(),
+            backend_type: DATASET,
+            protocol_type: NFS,
+            fence: fence(&uid2, 1),
+            acl_enabled: true,
+            allowed_initiators: vec![CLIENT.into()],
+            chap: None,
+        })
+        .await
+        .expect_err("a re-made filesystem is not the adopted one");
+    assert!(err.message().contains("identity: filesystem"), "{err:?}");
+    assert!(!exported()?.contains(&info.target_id), "nothing exported");
+    run("zfs", &["destroy", &ds])?;
+    run("zfs", &["rename", &away, &ds])?;
     c.release_volume(pb::ReleaseVolumeRequest {
         volume_id: id.clone(),
         backend_type: DATASET,

