@@ -193,5 +193,21 @@ async fn nfs_reboot_of_the_storage_side_under_a_writer_loses_no_write() -> Resul
         "the file handles outlive the reboot: {:?}",
         report.errors
     );
+
+    // Gone again through the agent: no exports file is left behind.
+    let mut c = agent.client().await?;
+    c.unexport_volume(pb::UnexportVolumeRequest {
+        volume_id: id.clone(),
+        protocol_type: pb::ProtocolType::Nfs as i32,
+        fence: fence.clone(),
+    })
+    .await?;
+    c.delete_volume(pb::DeleteVolumeRequest {
+        volume_id: id.clone(),
+        backend_type: pb::BackendType::ZfsDataset as i32,
+        fence,
+    })
+    .await?;
+    assert!(!exported()?.contains(&path));
     Ok(())
 }

@@ -179,6 +179,13 @@ impl NfsExporter {
                 if status.success() {
                     return Ok(());
                 }
+                if let Some(gone) = missing_paths_only(&stderr) {
+                    // exportfs applied every other line: one volume whose
+                    // filesystem was destroyed or moved outside pillar-csi
+                    // must not stop every export of the node.
+                    tracing::warn!(paths = ?gone, "exportfs -r skipped exports of paths that do not exist (filesystems destroyed or moved outside pillar-csi; their exports files stay until their volumes' lifecycles remove them)");
+                    return Ok(());
+                }
                 return Err(AgentError::Unavailable(format!(
                     "NFS exports: exportfs -r failed ({status}): {}",
                     stderr.trim()
@@ -195,6 +202,24 @@ impl NfsExporter {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// The paths of exportfs's complaints when every line of `stderr` is a
+/// `Failed to stat <path>: No such file or directory` for a path that does
+/// not exist (exportfs skips those entries and applies the rest); `None`
+/// when any line is another failure.
+fn missing_paths_only(stderr: &str) -> Option<Vec<String>> {
+    let mut paths = Vec::new();
+    for line in stderr.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let path = line
+            .strip_prefix("exportfs: Failed to stat ")?
+            .strip_suffix(": No such file or directory")?;
+        if Path::new(path).exists() {
+            return None;
+        }
+        paths.push(path.to_owned());
+    }
+    (!paths.is_empty()).then_some(paths)
 }
 
 /// Empties the kernel's export and client caches, so a removed client is
@@ -384,6 +409,27 @@ mod tests {
             chap: None,
             target: None,
         }
+    }
+
+    #[test]
+    fn only_exports_of_missing_paths_are_skipped() -> Result {
+        let dir = tempfile::tempdir()?;
+        let here = dir.path().display().to_string();
+        let gone = dir.path().join("gone").display().to_string();
+        let line = |p: &str| format!("exportfs: Failed to stat {p}: No such file or directory\n");
+        assert_eq!(missing_paths_only(&line(&gone)), Some(vec![gone.clone()]));
+        assert_eq!(
+            missing_paths_only(&line(&here)),
+            None,
+            "it exists: another cause"
+        );
+        let mixed = format!(
+            "{}exportfs: could not open /var/lib/nfs/.etab.lock\n",
+            line(&gone)
+        );
+        assert_eq!(missing_paths_only(&mixed), None);
+        assert_eq!(missing_paths_only(""), None);
+        Ok(())
     }
 
     #[test]
