@@ -116,11 +116,17 @@ async fn nfs_agent_lab_filesystem_volume_exported_fenced_and_destroyed() -> Resu
         "a refused export changed nothing"
     );
 
-    // Exported to the client; the kernel's table has it.
-    let info = c
-        .export_volume(export(vec![CLIENT.into()]))
-        .await?
-        .into_inner();
+    // Exported to the client; the kernel's table has it, though another
+    // exports file names a filesystem destroyed outside pillar-csi
+    // (exportfs -r then fails on that line alone).
+    let stale = format!("/etc/exports.d/pillar-csi@{name}@gone.exports");
+    std::fs::write(
+        &stale,
+        format!("/run/pillar-lab-fs/{name}-gone {CLIENT}(rw,sync,no_subtree_check)\n"),
+    )?;
+    let exported_beside = c.export_volume(export(vec![CLIENT.into()])).await;
+    std::fs::remove_file(&stale)?;
+    let info = exported_beside?.into_inner();
     assert_eq!(info.target_id, path);
     let table = exported()?;
     assert!(

@@ -6,7 +6,7 @@
 //! client. Run with `tests/lab/run tests -- nfs_import_lab`.
 use pillar_csi_lab::{
     agent::{pb, AgentConfig, AgentProcess},
-    nfs::{exported, fill, FsParent, NfsMount, CLIENT},
+    nfs::{exported, fill, unmount, FsParent, NfsMount, CLIENT},
     run, Lab, Result,
 };
 use std::path::Path;
@@ -224,6 +224,7 @@ async fn nfs_import_lab_adopted_filesystem_refusals_and_preservation() -> Result
     // The GUID is pinned: another filesystem made under its name while
     // it is renamed away is refused, and the export is not made.
     let away = format!("{ds}-away");
+    unmount(&ds)?;
     run("zfs", &["rename", &ds, &away])?;
     run("zfs", &["create", "-o", "refquota=40M", &ds])?;
     let err = c
@@ -242,6 +243,7 @@ async fn nfs_import_lab_adopted_filesystem_refusals_and_preservation() -> Result
     assert!(!exported()?.contains(&info.target_id), "nothing exported");
     run("zfs", &["destroy", &ds])?;
     run("zfs", &["rename", &away, &ds])?;
+    run("zfs", &["mount", &ds])?;
     c.release_volume(pb::ReleaseVolumeRequest {
         volume_id: id.clone(),
         backend_type: DATASET,

@@ -10,7 +10,7 @@ use std::{
 use sys::zfs::{DatasetName, DatasetType, FilesystemSpec, FilesystemStats, Zfs};
 
 /// How long a busy filesystem's unmount is tried again.
-const UNMOUNT_GRACE: Duration = Duration::from_secs(20);
+const UNMOUNT_GRACE: Duration = Duration::from_secs(60);
 
 /// One backend of filesystems: those exactly one level under its parent
 /// dataset, which must mount (a `mountpoint` that is a path).
