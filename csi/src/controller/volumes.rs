@@ -100,10 +100,13 @@ impl Controller {
         };
         if place.class.spec.encrypted {
             if place.store.spec.backend.zfs.is_none() {
+                let backend = match resolve::backend_of(&store_name, &place.store.spec.backend)? {
+                    api::tokens::Backend::LvmLv => "an LVM backend",
+                    _ => "a zfsDataset backend",
+                };
                 return Err(Error::InvalidArgument(format!(
-                    "PillarStorageClass {:?} is encrypted and its PillarStore {store_name:?} has a {} backend: encryption is ZFS native encryption of zvols",
+                    "PillarStorageClass {:?} is encrypted and its PillarStore {store_name:?} has {backend}: encryption is ZFS native encryption of zvols",
                     place.class.name_any(),
-                    resolve::backend_of(&store_name, &place.store.spec.backend)?
                 )));
             }
             if wants.import.is_some() {
