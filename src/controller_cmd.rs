@@ -154,13 +154,8 @@ async fn kube_client(args: &ControllerArgs) -> Result<kube::Client, String> {
 /// Runs the subcommand until SIGTERM or SIGINT.
 pub fn run(args: ControllerArgs) -> Result<(), String> {
     let tls = agent_tls(&args)?;
-    let socket = csi::endpoint::socket_path(&args.endpoint).map_err(|e| e.to_string())?;
-    let files_socket = args
-        .files_endpoint
-        .as_deref()
-        .map(csi::endpoint::socket_path)
-        .transpose()
-        .map_err(|e| e.to_string())?;
+    let (socket, files_socket) =
+        crate::csi_sockets(&args.endpoint, args.files_endpoint.as_deref())?;
     // kube's and tonic's rustls need one process-wide provider; an error
     // means one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();

@@ -181,6 +181,17 @@ fn run_agent(args: AgentArgs) -> Result<(), String> {
     })
 }
 
+/// The socket of a CSI service's `--endpoint`, and of its `--files-endpoint`
+/// (the files identity) when given.
+fn csi_sockets(endpoint: &str, files: Option<&str>) -> Result<(PathBuf, Option<PathBuf>), String> {
+    let socket = csi::endpoint::socket_path(endpoint).map_err(|e| e.to_string())?;
+    let files = files
+        .map(csi::endpoint::socket_path)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    Ok((socket, files))
+}
+
 fn init_tracing() {
     tracing_subscriber::fmt()
         // Colours only on a terminal: a container's log (kubelet's files,

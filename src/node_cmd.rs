@@ -68,13 +68,8 @@ pub fn run(args: NodeArgs) -> Result<(), String> {
             .ok()
             .and_then(|v| csi::node::Fault::parse(&v));
     }
-    let socket = csi::endpoint::socket_path(&args.endpoint).map_err(|e| e.to_string())?;
-    let files_socket = args
-        .files_endpoint
-        .as_deref()
-        .map(csi::endpoint::socket_path)
-        .transpose()
-        .map_err(|e| e.to_string())?;
+    let (socket, files_socket) =
+        crate::csi_sockets(&args.endpoint, args.files_endpoint.as_deref())?;
     let node = std::sync::Arc::new(Node::new(config).map_err(|e| e.to_string())?);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -21,22 +21,16 @@ pub const RPCS: [Rpc; 9] = [
     Rpc::CloneVolume,
 ];
 
-/// The Controller RPCs the filesystem identity serves: no snapshots or
-/// clones of filesystem volumes yet.
-pub const FILES_RPCS: [Rpc; 6] = [
-    Rpc::CreateDeleteVolume,
-    Rpc::PublishUnpublishVolume,
-    Rpc::ListVolumes,
-    Rpc::GetCapacity,
-    Rpc::ExpandVolume,
-    Rpc::ListVolumesPublishedNodes,
-];
+/// The Controller RPCs the filesystem identity serves: the first six of
+/// [`RPCS`], the volumes' own (no snapshots or clones of filesystem
+/// volumes yet).
+pub const FILES_RPCS: &[Rpc] = RPCS.split_at(6).0;
 
 /// The RPCs `driver` serves.
 pub fn rpcs(driver: Driver) -> &'static [Rpc] {
     match driver {
         Driver::Block => &RPCS,
-        Driver::Files => &FILES_RPCS,
+        Driver::Files => FILES_RPCS,
     }
 }
 
