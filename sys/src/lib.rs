@@ -5,6 +5,8 @@
 //!   libzfs_core and libzfs (no `zfs`/`zpool` process).
 //! - [`zfs`] also makes, mounts and bounds filesystems (`refquota`).
 //! - [`lvm`]: LVM through liblvm2cmd, in-process, on one worker thread.
+//! - [`quota`]: project quotas on XFS and ext4 (a directory's project, a
+//!   project's limit and usage).
 //! - [`nfsd`]: flushing the kernel NFS server's caches of exports and
 //!   clients.
 //! - [`udev`]: waiting for a device node that udev creates.
@@ -51,5 +53,6 @@ pub mod block;
 pub mod fsgrow;
 pub mod lvm;
 pub mod nfsd;
+pub mod quota;
 pub mod udev;
 pub mod zfs;

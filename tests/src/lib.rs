@@ -41,6 +41,7 @@ pub mod nvme;
 pub mod played_kubelet;
 pub mod pod_life;
 pub mod progress;
+pub mod project_fs;
 pub mod sanity;
 pub mod tls;
 

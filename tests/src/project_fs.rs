@@ -1,0 +1,94 @@
+//! Filesystems with project quotas for the lab's directory volumes: XFS
+//! or ext4 on a loop device over a sparse file in the work folder, made
+//! and mounted with the CLI (tests only), and `xfs_quota` as the
+//! independent reader of a project's limit.
+use crate::{run, Lab, Result};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+const MIB: u64 = 1 << 20;
+
+/// A filesystem on a loop device, mounted; unmounted and detached when
+/// dropped.
+#[derive(Debug)]
+pub struct ProjectFs {
+    dev: String,
+    /// Where it is mounted.
+    pub at: PathBuf,
+    image: PathBuf,
+}
+
+impl ProjectFs {
+    /// Makes a 320 MiB filesystem with `mkfs` (the program and its flags,
+    /// the device is added) and mounts it with mount `options`.
+    pub fn new(lab: &Lab, prefix: &str, mkfs: &[&str], options: &str) -> Result<Self> {
+        let name = lab.unique(prefix);
+        let image = lab.work.join(format!("{name}.img"));
+        // mkfs.xfs makes nothing under 300 MiB.
+        fs::File::create(&image)?.set_len(320 * MIB)?;
+        let dev = run("losetup", &["-f", "--show", &image.to_string_lossy()])?
+            .trim()
+            .to_owned();
+        let made = Self {
+            dev,
+            at: std::env::temp_dir().join(&name),
+            image,
+        };
+        let mut args = mkfs[1..].to_vec();
+        args.push(&made.dev);
+        run(mkfs[0], &args)?;
+        fs::create_dir_all(&made.at)?;
+        run(
+            "mount",
+            &["-o", options, &made.dev, &made.at.to_string_lossy()],
+        )?;
+        Ok(made)
+    }
+
+    /// An XFS mounted with `options` (`prjquota` to enforce project
+    /// quotas).
+    pub fn xfs(lab: &Lab, prefix: &str, options: &str) -> Result<Self> {
+        Self::new(lab, prefix, &["mkfs.xfs", "-q", "-f"], options)
+    }
+
+    /// Project `id`'s hard block limit as `xfs_quota` reports it, in bytes
+    /// (XFS only).
+    pub fn xfs_limit(&self, id: u32) -> Result<u64> {
+        xfs_quota_limit(&self.at, id)
+    }
+}
+
+/// Project `id`'s hard block limit on the XFS mounted at `at`, as
+/// `xfs_quota` reports it, in bytes.
+pub fn xfs_quota_limit(at: &Path, id: u32) -> Result<u64> {
+    let out = run(
+        "xfs_quota",
+        &["-x", "-c", "report -p -b -N -n", &at.to_string_lossy()],
+    )?;
+    // `#<id> <used> <soft> <hard> <warn/grace>` in KiB, one line for each
+    // project with a limit or a file.
+    let wanted = format!("#{id}");
+    let Some(line) = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(wanted.as_str()))
+    else {
+        return Ok(0);
+    };
+    let hard: u64 = line
+        .split_whitespace()
+        .nth(3)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| format!("no hard limit in xfs_quota's {line:?}"))?;
+    Ok(hard * 1024)
+}
+
+impl Drop for ProjectFs {
+    fn drop(&mut self) {
+        let _ = run("umount", &[&self.at.to_string_lossy()]);
+        let _ = run("losetup", &["-d", &self.dev]);
+        let _ = fs::remove_file(&self.image);
+        let _ = fs::remove_dir(&self.at);
+    }
+}
