@@ -35,6 +35,15 @@ pub enum BackendConfig {
         )]
         parent_dataset: Option<String>,
     },
+    /// Directories under `path` (an absolute path on XFS or ext4 mounted
+    /// with `prjquota`), each bounded by a project quota: filesystem
+    /// volumes over NFS. `name` is the first component of their volume IDs.
+    Directory {
+        /// The backend's name.
+        name: String,
+        /// The directory that holds the volumes.
+        path: PathBuf,
+    },
     /// LVs in a volume group, thin ones in `thinPool`.
     Lvm {
         /// The volume group.
@@ -220,12 +229,14 @@ impl FileListener {
 }
 
 impl BackendConfig {
-    /// Parses a `--backend` flag: `zfs=<pool>[/<parentDataset>]` or
-    /// `lvm=<vg>[/<thinPool>]` (names are checked by [`AgentConfig::validate`]).
+    /// Parses a `--backend` flag: `zfs=<pool>[/<parentDataset>]`,
+    /// `zfs-dataset=<pool>[/<parentDataset>]`, `lvm=<vg>[/<thinPool>]` or
+    /// `directory=<name>:<absolute path>` (names are checked by
+    /// [`AgentConfig::validate`]).
     pub fn from_flag(spec: &str) -> Result<Self, ConfigError> {
         let (kind, name) = spec.split_once('=').ok_or_else(|| {
             ConfigError(vec![format!(
-                "--backend {spec:?}: expected zfs=<pool>[/<parentDataset>], zfs-dataset=<pool>[/<parentDataset>] or lvm=<vg>[/<thinPool>]"
+                "--backend {spec:?}: expected zfs=<pool>[/<parentDataset>], zfs-dataset=<pool>[/<parentDataset>], lvm=<vg>[/<thinPool>] or directory=<name>:<absolute path>"
             )])
         })?;
         let (first, rest) = match name.split_once('/') {
@@ -245,8 +256,18 @@ impl BackendConfig {
                 volume_group: first,
                 thin_pool: rest,
             }),
+            // `directory=<name>:/<path>`: the path is absolute.
+            "directory" => match name.split_once(":/") {
+                Some((backend, path)) => Ok(BackendConfig::Directory {
+                    name: backend.to_owned(),
+                    path: PathBuf::from(format!("/{path}")),
+                }),
+                None => Err(ConfigError(vec![format!(
+                    "--backend {spec:?}: expected directory=<name>:<absolute path>"
+                )])),
+            },
             other => Err(ConfigError(vec![format!(
-                "--backend {spec:?}: unknown kind {other:?} (zfs, zfs-dataset or lvm)"
+                "--backend {spec:?}: unknown kind {other:?} (zfs, zfs-dataset, lvm or directory)"
             )])),
         }
     }
@@ -330,6 +351,15 @@ impl AgentConfig {
                     volume_group,
                     thin_pool,
                 } => ("lvm volume group", volume_group, thin_pool),
+                BackendConfig::Directory { name, path } => {
+                    if !path.is_absolute() {
+                        problems.push(format!(
+                            "directory backend {name:?}: path {} is not absolute",
+                            path.display()
+                        ));
+                    }
+                    ("directory backend", name, &None)
+                }
             };
             if !is_simple_name(name) {
                 problems.push(format!("{kind} {name:?} is not a valid name"));
@@ -339,7 +369,9 @@ impl AgentConfig {
                     BackendConfig::Zfs { .. } | BackendConfig::ZfsDataset { .. } => {
                         sub.split('/').all(is_simple_name)
                     }
-                    BackendConfig::Lvm { .. } => is_simple_name(sub),
+                    BackendConfig::Lvm { .. } | BackendConfig::Directory { .. } => {
+                        is_simple_name(sub)
+                    }
                 };
                 if !ok {
                     problems.push(format!("{kind} {name:?}: {sub:?} is not a valid name"));
@@ -348,10 +380,9 @@ impl AgentConfig {
             // Volume IDs name their pool or VG first: names are unique,
             // except that one pool may hold zvols and filesystems, a
             // backend of each.
+            let alone = |k: &str| k.starts_with("lvm") || k.starts_with("directory");
             let seen: &mut Vec<&str> = names.entry(name.clone()).or_default();
-            let clash = seen
-                .iter()
-                .any(|k| *k == kind || k.starts_with("lvm") || kind.starts_with("lvm"));
+            let clash = seen.iter().any(|k| *k == kind || alone(k) || alone(kind));
             seen.push(kind);
             if clash {
                 problems.push(format!("{kind} {name:?} is configured twice"));

@@ -174,3 +174,53 @@ fn a_change_of_volume_keys_needs_the_key_encryption_key() -> Result<(), ConfigEr
     assert!(!AgentConfig::from_yaml("insecurePlaintext: true\n")?.change_volume_keys);
     Ok(())
 }
+
+#[test]
+fn directory_backends_name_an_absolute_path_and_a_name_of_their_own() -> Result<(), ConfigError> {
+    let mut c = AgentConfig::from_yaml(
+        "insecurePlaintext: true\nbackends:\n  - directory: {name: dirs, path: /srv/volumes}\n",
+    )?;
+    c.validate()?;
+    assert_eq!(
+        c.backends,
+        vec![BackendConfig::Directory {
+            name: "dirs".into(),
+            path: "/srv/volumes".into()
+        }]
+    );
+    c.override_backends(&["directory=files:/mnt/xfs/vols".into()])?;
+    assert_eq!(
+        c.backends,
+        vec![BackendConfig::Directory {
+            name: "files".into(),
+            path: "/mnt/xfs/vols".into()
+        }]
+    );
+    let before = c.clone();
+    let bad = c
+        .override_backends(&["directory=files".into()])
+        .expect_err("no path");
+    assert!(
+        bad.to_string().contains("directory=<name>:<absolute path>"),
+        "{bad}"
+    );
+    assert_eq!(c, before, "a bad flag changes nothing");
+    c.backends = vec![
+        BackendConfig::Directory {
+            name: "tank".into(),
+            path: "srv".into(),
+        },
+        BackendConfig::Zfs {
+            pool: "tank".into(),
+            parent_dataset: None,
+        },
+    ];
+    let e = c
+        .validate()
+        .expect_err("relative path, name taken")
+        .to_string();
+    for part in ["path srv is not absolute", "configured twice"] {
+        assert!(e.contains(part), "{part}: {e}");
+    }
+    Ok(())
+}

@@ -7,9 +7,10 @@
 //! looks.
 
 /// The files whose refusals the guides document, with their names for messages.
-const SOURCES: [(&str, &str); 16] = [
+const SOURCES: [(&str, &str); 17] = [
     ("backend/zfs.rs", include_str!("backend/zfs.rs")),
     ("backend/dataset.rs", include_str!("backend/dataset.rs")),
+    ("backend/directory.rs", include_str!("backend/directory.rs")),
     ("backend/lvm.rs", include_str!("backend/lvm.rs")),
     ("adopt.rs", include_str!("adopt.rs")),
     ("service/adoption.rs", include_str!("service/adoption.rs")),

@@ -131,6 +131,7 @@ fn backend_name(record: &BackendRecord) -> (String, bool) {
         BackendRecord::Zvol { dataset, guid } | BackendRecord::Dataset { dataset, guid } => {
             (dataset.clone(), guid.is_some())
         }
+        BackendRecord::Directory { path, inode, .. } => (path.clone(), inode.is_some()),
         BackendRecord::Lv { vg, lv, lv_uuid } => (format!("{vg}/{lv}"), lv_uuid.is_some()),
     }
 }

@@ -86,6 +86,20 @@ pub enum BackendRecord {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         guid: Option<String>,
     },
+    /// A directory bounded by a project quota (a filesystem volume,
+    /// exported over NFS).
+    Directory {
+        /// Its absolute path.
+        path: String,
+        /// The directory's inode, pinned at creation.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        inode: Option<u64>,
+        /// Its project ID, pinned at creation: with the inode, what an
+        /// export, resize or removal checks, so a directory removed and
+        /// made again under the same path is never touched.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        project: Option<u32>,
+    },
     /// A logical volume.
     Lv {
         /// Volume group.
@@ -213,6 +227,7 @@ impl std::fmt::Display for BackendRecord {
         match self {
             BackendRecord::Zvol { dataset, .. } => write!(f, "zvol {dataset}"),
             BackendRecord::Dataset { dataset, .. } => write!(f, "filesystem {dataset}"),
+            BackendRecord::Directory { path, .. } => write!(f, "directory {path}"),
             BackendRecord::Lv { vg, lv, .. } => write!(f, "logical volume {vg}/{lv}"),
         }
     }

@@ -2,7 +2,7 @@
 //! from the marks, resync periodically, and serve gRPC (mTLS or, in a lab,
 //! plaintext) until SIGTERM or SIGINT.
 use crate::{
-    backend::{Backend, DatasetBackend, LvmBackend, ZfsBackend},
+    backend::{Backend, DatasetBackend, DirectoryBackend, LvmBackend, ZfsBackend},
     config::{AgentConfig, BackendConfig},
     export::{host_name, Exporter, LioExporter, NfsExporter, NvmetExporter, TargetNames},
     grpc::AgentGrpc,
@@ -63,6 +63,11 @@ pub fn open_backends(config: &AgentConfig) -> Result<Vec<Arc<dyn Backend>>, Serv
                 let backend =
                     DatasetBackend::new(zfs_handle(&mut zfs)?, pool, parent_dataset.as_deref())
                         .map_err(|e| ServeError::Startup(e.to_string()))?;
+                backends.push(Arc::new(backend));
+            }
+            BackendConfig::Directory { name, path } => {
+                let backend = DirectoryBackend::new(name, path)
+                    .map_err(|e| ServeError::Startup(e.to_string()))?;
                 backends.push(Arc::new(backend));
             }
             BackendConfig::Lvm {
@@ -197,10 +202,7 @@ pub fn build(config: &AgentConfig, backends: Vec<Arc<dyn Backend>>) -> Result<Ag
         Err(e) => warn!(error = %e, "iSCSI exports unavailable"),
     }
     // Filesystem volumes only: NFS is offered when a backend holds them.
-    if backends
-        .iter()
-        .any(|b| b.kind() == crate::backend::BackendKind::Dataset)
-    {
+    if backends.iter().any(|b| b.kind().is_filesystem()) {
         let nfs = NfsExporter::new(config.nfs);
         if let Err(e) = nfs.health() {
             warn!(error = %e, "NFS exports will fail until the kernel NFS server runs");

@@ -11,6 +11,16 @@ pub enum BackendKind {
     Lvm,
     /// ZFS filesystems (datasets): filesystem volumes, exported over NFS.
     Dataset,
+    /// Directories bounded by project quotas: filesystem volumes, exported
+    /// over NFS.
+    Directory,
+}
+
+impl BackendKind {
+    /// Whether its volumes are filesystems (exported over NFS).
+    pub fn is_filesystem(self) -> bool {
+        matches!(self, BackendKind::Dataset | BackendKind::Directory)
+    }
 }
 
 /// A volume as the backend sees it.
@@ -221,9 +231,11 @@ pub trait Snapshots: Send + Sync {
 }
 
 mod dataset;
+mod directory;
 mod lvm;
 mod zfs;
 
 pub use dataset::DatasetBackend;
+pub use directory::DirectoryBackend;
 pub use lvm::LvmBackend;
 pub use zfs::ZfsBackend;

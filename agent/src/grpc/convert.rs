@@ -15,6 +15,7 @@ pub(crate) fn backend_kind(value: i32) -> Result<Option<BackendKind>, AgentError
         Ok(pb::BackendType::ZfsZvol) => Ok(Some(BackendKind::Zvol)),
         Ok(pb::BackendType::Lvm) => Ok(Some(BackendKind::Lvm)),
         Ok(pb::BackendType::ZfsDataset) => Ok(Some(BackendKind::Dataset)),
+        Ok(pb::BackendType::Directory) => Ok(Some(BackendKind::Directory)),
         Err(_) => Err(AgentError::InvalidArgument(format!(
             "backend_type {value} is not a known BackendType"
         ))),
@@ -26,6 +27,7 @@ pub(crate) fn backend_type(kind: BackendKind) -> pb::BackendType {
         BackendKind::Zvol => pb::BackendType::ZfsZvol,
         BackendKind::Lvm => pb::BackendType::Lvm,
         BackendKind::Dataset => pb::BackendType::ZfsDataset,
+        BackendKind::Directory => pb::BackendType::Directory,
     }
 }
 

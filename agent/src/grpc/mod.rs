@@ -129,6 +129,9 @@ impl AgentService for AgentGrpc {
                     Some(crate::marks::BackendRecord::Dataset { .. }) => {
                         pb::BackendType::ZfsDataset
                     }
+                    Some(crate::marks::BackendRecord::Directory { .. }) => {
+                        pb::BackendType::Directory
+                    }
                     Some(crate::marks::BackendRecord::Lv { .. }) => pb::BackendType::Lvm,
                     None => pb::BackendType::Unspecified,
                 };
@@ -192,6 +195,7 @@ impl AgentService for AgentGrpc {
                 BackendKind::Zvol => "zfs",
                 BackendKind::Lvm => "lvm",
                 BackendKind::Dataset => "zfs-dataset",
+                BackendKind::Directory => "directory",
             };
             let name = format!("{prefix}:{}", b.pool());
             let b = b.clone();

@@ -198,6 +198,7 @@ impl Agent {
                 dataset.split('/').next().unwrap_or_default(),
                 BackendKind::Dataset,
             ),
+            BackendRecord::Directory { .. } => (id.pool(), BackendKind::Directory),
             BackendRecord::Lv { vg, .. } => (vg.as_str(), BackendKind::Lvm),
         };
         self.backends
