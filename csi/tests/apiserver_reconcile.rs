@@ -386,6 +386,74 @@ async fn a_pillar_storage_class_generates_and_owns_its_storage_class() -> Result
     Ok(())
 }
 
+/// A files class whose placement stops resolving keeps its StorageClass:
+/// the provisioner of an existing StorageClass is immutable, so a block
+/// default would delete it and make a block one while, say, its protocol
+/// or agent is away.
+#[tokio::test]
+async fn a_files_class_keeps_its_storage_class_while_its_references_are_gone() -> Result {
+    let bed = bed().await?;
+    let r = bed
+        .reconcilers(Settings {
+            files: true,
+            ..Settings::default()
+        })
+        .await?;
+    let store = PillarStore::new(
+        "storage-1-files",
+        PillarStoreSpec {
+            agent_ref: "storage-1".into(),
+            backend: StoreBackend {
+                zfs: None,
+                lvm: None,
+                zfs_dataset: Some(ZfsBackend {
+                    pool: "tank".into(),
+                    parent_dataset: Some("files".into()),
+                }),
+            },
+        },
+    );
+    let pp = PostParams::default();
+    Api::<PillarStore>::all(bed.client.clone())
+        .create(&pp, &store)
+        .await?;
+    Api::<PillarStorageClass>::all(bed.client.clone())
+        .create(
+            &pp,
+            &class("files", "storage-1-files", "pillar-files", None),
+        )
+        .await?;
+    assert_eq!(r.storage_classes().await, 0);
+    let scs = Api::<StorageClass>::all(bed.client.clone());
+    let sc = scs.get("pillar-files").await?;
+    assert_eq!(sc.provisioner, "files.pillar-csi.bhyoo.com");
+
+    // The protocol gone: the store still says files.
+    Api::<PillarProtocol>::all(bed.client.clone())
+        .delete("nvmeof-default", &DeleteParams::default())
+        .await?;
+    assert_eq!(r.storage_classes().await, 0);
+    let kept = scs.get("pillar-files").await?;
+    assert_eq!(kept.metadata.uid, sc.metadata.uid, "not replaced");
+    let ready = class_ready(&bed, "files")
+        .await?
+        .ok_or("no Ready condition")?;
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "InvalidReference")
+    );
+
+    // The store gone too: the StorageClass it generated says files.
+    Api::<PillarStore>::all(bed.client.clone())
+        .delete("storage-1-files", &DeleteParams::default())
+        .await?;
+    assert_eq!(r.storage_classes().await, 0);
+    let kept = scs.get("pillar-files").await?;
+    assert_eq!(kept.metadata.uid, sc.metadata.uid, "not replaced");
+    assert_eq!(kept.provisioner, "files.pillar-csi.bhyoo.com");
+    Ok(())
+}
+
 /// Runs health passes until the agent's Ready status is `want` (bounded).
 async fn wait_agent_ready(bed: &Bed, r: &Reconcilers, want: &str) -> Result<Condition> {
     let start = Instant::now();

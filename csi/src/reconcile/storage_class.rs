@@ -23,7 +23,9 @@
 //!   is never changed: the PillarStorageClass turns `Ready=False` with reason
 //!   `StorageClassConflict`, naming the owner if any.
 //! - `Ready=False` with reason `InvalidReference` when the store, protocol
-//!   or agent it names does not resolve (the StorageClass is still kept).
+//!   or agent it names does not resolve (the StorageClass is still kept,
+//!   with the provisioner of the class's store, or, the store gone too,
+//!   the one it had).
 use super::{condition_changed, ready_condition, Reconcilers};
 use crate::controller::resolve::{self, CLASS_PARAMETER};
 use crate::driver::Driver;
@@ -182,11 +184,14 @@ impl Reconcilers {
         let scs = Api::<StorageClass>::all(self.client.clone());
         let name = class.spec.storage_class.name.clone();
         let placement = resolve::placement(&self.client, &class.name_any()).await;
-        let driver = placement
+        let driver = match placement
             .as_ref()
             .ok()
             .and_then(|p| resolve::backend_of(&p.store.name_any(), &p.store.spec.backend).ok())
-            .map_or(Driver::Block, Driver::of_backend);
+        {
+            Some(backend) => Driver::of_backend(backend),
+            None => self.driver_unplaced(class, &scs, &name).await?,
+        };
         let want = desired(class, driver);
         let uid = class.metadata.uid.clone().unwrap_or_default();
         let outcome = if driver == Driver::Files && !self.settings.files {
@@ -200,6 +205,31 @@ impl Reconcilers {
         };
         self.set_condition(classes, class, &name, outcome, placement.map(drop))
             .await
+    }
+
+    /// The identity of a class whose placement does not resolve (its
+    /// protocol or agent missing, for a while or for good): its store's,
+    /// when the store is there; else the one of the StorageClass it
+    /// generated before. A block default would replace a files class's
+    /// StorageClass (its provisioner is immutable) while its agent is
+    /// away.
+    async fn driver_unplaced(
+        &self,
+        class: &PillarStorageClass,
+        scs: &Api<StorageClass>,
+        name: &str,
+    ) -> Result<Driver, kube::Error> {
+        let stores = Api::<api::crd::PillarStore>::all(self.client.clone());
+        if let Some(store) = stores.get_opt(&class.spec.store_ref).await? {
+            if let Ok(backend) = resolve::backend_of(&store.name_any(), &store.spec.backend) {
+                return Ok(Driver::of_backend(backend));
+            }
+        }
+        let before = scs.get_opt(name).await?;
+        Ok(match before {
+            Some(sc) if sc.provisioner == Driver::Files.name() => Driver::Files,
+            _ => Driver::Block,
+        })
     }
 
     /// Creates, updates or replaces the StorageClass `want` named `name`,
