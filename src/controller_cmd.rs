@@ -31,7 +31,7 @@ pub struct ControllerArgs {
     #[arg(long, default_value = "unix:///csi/csi.sock")]
     endpoint: String,
     /// Also serve the filesystem identity (`files.pillar-csi.bhyoo.com`:
-    /// ZFS filesystems over NFS) on this endpoint, for its own sidecars.
+    /// ZFS filesystems and directories over NFS) on this endpoint, for its own sidecars.
     #[arg(long)]
     files_endpoint: Option<String>,
     /// Client certificate presented to agents (PEM).

@@ -2,8 +2,9 @@
 //!
 //! - An agent volume ID names a volume on one agent: `<pool>/<name>` for a
 //!   zvol or a ZFS filesystem (the agent places it under the pool's
-//!   parentDataset: `<pool>[/<parentDataset>]/<name>`), `<vg>/<lv>` for an LV
-//!   ([`AgentVolumeId`]).
+//!   parentDataset: `<pool>[/<parentDataset>]/<name>`), `<vg>/<lv>` for an
+//!   LV, `<backend>/<name>` for a directory of the agent's directory backend
+//!   `<backend>` ([`AgentVolumeId`]).
 //! - The volume handle, what CSI calls the volume ID and the PV carries in
 //!   `spec.csi.volumeHandle`, is `<agent>/<protocol>/<backend>/<agent volume
 //!   ID>`, e.g. `storage-1/nvmeof-tcp/lvm-lv/data-vg/legacy`
@@ -21,6 +22,13 @@ pub enum AgentVolumeId {
     Zvol(zfs::DatasetName),
     /// A ZFS filesystem: `<pool>/<name>`, both ZFS name components.
     Dataset(zfs::DatasetName),
+    /// A directory of an agent's directory backend.
+    Directory {
+        /// The backend's name (the agent's `directory.name`).
+        backend: String,
+        /// The directory's name under the backend's path.
+        name: String,
+    },
     /// A logical volume of a volume group.
     Lv {
         /// The volume group.
@@ -63,6 +71,18 @@ impl AgentVolumeId {
                     AgentVolumeId::Zvol(ds)
                 })
             }
+            Backend::Directory => {
+                let (backend, name) = value
+                    .split_once('/')
+                    .ok_or_else(|| bad("expected <backend>/<name>".into()))?;
+                for part in [backend, name] {
+                    check_directory_component(part).map_err(&bad)?;
+                }
+                Ok(AgentVolumeId::Directory {
+                    backend: backend.to_owned(),
+                    name: name.to_owned(),
+                })
+            }
             Backend::LvmLv => {
                 let (vg, lv) = value
                     .split_once('/')
@@ -80,15 +100,18 @@ impl AgentVolumeId {
         match self {
             AgentVolumeId::Zvol(_) => Backend::ZfsZvol,
             AgentVolumeId::Dataset(_) => Backend::ZfsDataset,
+            AgentVolumeId::Directory { .. } => Backend::Directory,
             AgentVolumeId::Lv { .. } => Backend::LvmLv,
         }
     }
 
-    /// The pool (zvol) or volume group (LV) that holds the volume: what the
-    /// agent's GetCapacity and backend entries are keyed by.
+    /// The pool (zvol), volume group (LV) or directory backend that holds
+    /// the volume: what the agent's GetCapacity and backend entries are
+    /// keyed by.
     pub fn pool(&self) -> &str {
         match self {
             AgentVolumeId::Zvol(ds) | AgentVolumeId::Dataset(ds) => ds.pool(),
+            AgentVolumeId::Directory { backend, .. } => backend,
             AgentVolumeId::Lv { vg, .. } => vg.as_str(),
         }
     }
@@ -98,8 +121,28 @@ impl fmt::Display for AgentVolumeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AgentVolumeId::Zvol(ds) | AgentVolumeId::Dataset(ds) => write!(f, "{ds}"),
+            AgentVolumeId::Directory { backend, name } => write!(f, "{backend}/{name}"),
             AgentVolumeId::Lv { vg, lv } => write!(f, "{vg}/{lv}"),
         }
+    }
+}
+
+/// Checks one component of a directory volume's ID: 1 to 127 ASCII
+/// letters, digits, `-`, `_`, `.` and `:` (the agent's rule), not `.` nor
+/// `..`, not starting with `-`.
+fn check_directory_component(part: &str) -> Result<(), String> {
+    if part.is_empty() || part.len() > 127 {
+        return Err(format!("{part:?} must have 1 to 127 characters"));
+    }
+    if part == "." || part == ".." || part.starts_with('-') {
+        return Err(format!("{part:?} is not a name"));
+    }
+    match part
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+    {
+        Some(c) => Err(format!("{part:?} contains {c:?}")),
+        None => Ok(()),
     }
 }
 
@@ -182,7 +225,7 @@ impl VolumeHandle {
         })?;
         let backend = Backend::parse(backend).ok_or_else(|| {
             bad(format!(
-                "unknown backend {backend:?} (expected \"zfs-zvol\", \"lvm-lv\" or \"zfs-dataset\")"
+                "unknown backend {backend:?} (expected \"zfs-zvol\", \"lvm-lv\", \"zfs-dataset\" or \"directory\")"
             ))
         })?;
         let volume = AgentVolumeId::parse(backend, id).map_err(|e| bad(e.to_string()))?;
@@ -231,6 +274,31 @@ impl fmt::Display for VolumeHandle {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_volume_handle_round_trips_and_bad_names_are_refused() {
+        let text = "storage-1/nfs/directory/dirs/pvc-1";
+        let h = VolumeHandle::parse(text).expect("valid");
+        assert_eq!(
+            h.volume(),
+            &AgentVolumeId::Directory {
+                backend: "dirs".into(),
+                name: "pvc-1".into()
+            }
+        );
+        assert_eq!(h.volume().pool(), "dirs");
+        assert!(h.volume().backend().is_filesystem());
+        assert_eq!(h.to_string(), text);
+        for (bad, why) in [
+            ("storage-1/nfs/directory/dirs", "expected <backend>/<name>"),
+            ("storage-1/nfs/directory/dirs/../x", "contains '/'"),
+            ("storage-1/nfs/directory/dirs/..", "is not a name"),
+            ("storage-1/nfs/directory/dirs/a b", "contains ' '"),
+        ] {
+            let err = VolumeHandle::parse(bad).expect_err(bad);
+            assert!(err.to_string().contains(why), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn the_spec_example_round_trips() {

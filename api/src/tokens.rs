@@ -10,6 +10,7 @@
 //! | `zfs-zvol` | a ZFS volume ([`Backend::ZfsZvol`]) |
 //! | `lvm-lv` | an LVM logical volume, linear or thin ([`Backend::LvmLv`]) |
 //! | `zfs-dataset` | a ZFS filesystem bounded by its refquota ([`Backend::ZfsDataset`]) |
+//! | `directory` | a directory on XFS bounded by a project quota ([`Backend::Directory`]) |
 
 use std::fmt;
 
@@ -73,11 +74,20 @@ pub enum Backend {
     /// volume ID is `<pool>/<name>`, as a zvol's.
     #[cfg_attr(feature = "crd", serde(rename = "zfs-dataset"))]
     ZfsDataset,
+    /// A directory on an agent's XFS whose project quota is the volume's
+    /// capacity; its agent volume ID is `<backend name>/<name>`.
+    #[cfg_attr(feature = "crd", serde(rename = "directory"))]
+    Directory,
 }
 
 impl Backend {
     /// Every backend, in token order.
-    pub const ALL: [Backend; 3] = [Backend::ZfsZvol, Backend::LvmLv, Backend::ZfsDataset];
+    pub const ALL: [Backend; 4] = [
+        Backend::ZfsZvol,
+        Backend::LvmLv,
+        Backend::ZfsDataset,
+        Backend::Directory,
+    ];
 
     /// The token used in volume handles.
     pub fn as_str(self) -> &'static str {
@@ -85,13 +95,14 @@ impl Backend {
             Backend::ZfsZvol => "zfs-zvol",
             Backend::LvmLv => "lvm-lv",
             Backend::ZfsDataset => "zfs-dataset",
+            Backend::Directory => "directory",
         }
     }
 
     /// Whether volumes of this backend are filesystems (served over NFS,
     /// under the files identity) rather than block devices.
     pub fn is_filesystem(self) -> bool {
-        self == Backend::ZfsDataset
+        matches!(self, Backend::ZfsDataset | Backend::Directory)
     }
 
     /// Parses a token written by [`Backend::as_str`] (exactly as spelled).

@@ -78,6 +78,7 @@ async fn the_chart_crds_serve_every_kind_on_a_real_api_server() -> Result {
                 }),
                 lvm: None,
                 zfs_dataset: None,
+                directory: None,
             },
         ),
         (
@@ -89,6 +90,7 @@ async fn the_chart_crds_serve_every_kind_on_a_real_api_server() -> Result {
                     thin_pool: Some("thin0".into()),
                 }),
                 zfs_dataset: None,
+                directory: None,
             },
         ),
     ] {

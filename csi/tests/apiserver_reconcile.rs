@@ -404,12 +404,11 @@ async fn a_files_class_keeps_its_storage_class_while_its_references_are_gone() -
         PillarStoreSpec {
             agent_ref: "storage-1".into(),
             backend: StoreBackend {
-                zfs: None,
-                lvm: None,
                 zfs_dataset: Some(ZfsBackend {
                     pool: "tank".into(),
                     parent_dataset: Some("files".into()),
                 }),
+                ..Default::default()
             },
         },
     );

@@ -79,3 +79,13 @@ def test_the_agent_shares_the_parents_mounts_and_the_hosts_export_table():
     agent = one(chosen, "DaemonSet", "pillar-csi-agent")
     assert volumes(agent)["filesystems-0"]["hostPath"]["path"] == "/srv/share"
     assert "filesystems-1" not in volumes(agent)
+
+
+def test_a_directory_backend_is_configured_and_its_path_shared():
+    directory = {"directory": {"name": "dirs", "path": "/srv/xfs/volumes"}}
+    objects = render({**CASES["files-enabled"],
+                      "agent": {"backends": [DATASETS, directory]}})
+    assert agent_config(objects)["backends"] == [DATASETS, directory]
+    agent = one(objects, "DaemonSet", "pillar-csi-agent")
+    paths = {v["hostPath"]["path"] for n, v in volumes(agent).items() if n.startswith("filesystems-")}
+    assert paths == {"/tank/share", "/srv/xfs/volumes"}

@@ -310,10 +310,12 @@ impl ClaimBed {
         config.extra_args = agent_args;
         let fs_parent = if files {
             let fs_parent = FsParent::create(&lab, &format!("{prefix}-fs"))?;
+            let directories = files_bed::Directories::create(&lab, prefix)?;
             config
                 .backends
                 .push(format!("zfs-dataset={}", fs_parent.dataset));
-            Some(fs_parent)
+            config.backends.push(directories.backend_flag());
+            Some((fs_parent, directories))
         } else {
             None
         };
@@ -370,8 +372,8 @@ impl ClaimBed {
             .into_inner()
             .node_id;
         let files = match fs_parent {
-            Some(parent) => {
-                let class =
+            Some((parent, directories)) => {
+                let (class, directory_class) =
                     files_bed::apply_objects(&admin, prefix, &objects.agent_name, &parent).await?;
                 let node_id = NodeClient::new(dial(&files_node).await?)
                     .node_get_info(NodeGetInfoRequest {})
@@ -384,6 +386,8 @@ impl ClaimBed {
                     node_socket: files_node,
                     node_id,
                     class,
+                    directories,
+                    directory_class,
                 })
             }
             None => None,

@@ -36,6 +36,11 @@ impl Storage {
                 }
             }
             id @ AgentVolumeId::Lv { .. } => Storage::Lv(id.to_string()),
+            AgentVolumeId::Directory { .. } => {
+                return Err(
+                    format!("{handle}: the claim witness reads no directory volumes").into(),
+                )
+            }
         })
     }
 

@@ -1,12 +1,13 @@
 //! The files side of the claim bed ([`crate::claim_bed::ClaimBed::start_files`]):
 //! the `files.pillar-csi.bhyoo.com` identity served by the same controller
 //! and node processes on their second sockets, the agent's `zfsDataset`
-//! backend under a parent filesystem of the lab's pool, exported by the
-//! guest's kernel NFS server; a `zfsDataset` PillarStore, an `nfs`
-//! PillarProtocol and one PillarStorageClass whose StorageClass the files
-//! identity provisions. The node mounts NFSv3 by default in the lab (see
+//! backend under a parent filesystem of the lab's pool and its `directory`
+//! backend `dirs` on an XFS mounted with `prjquota`, exported by the
+//! guest's kernel NFS server; a PillarStore of each, an `nfs`
+//! PillarProtocol and a PillarStorageClass of each store, whose
+//! StorageClasses the files identity provisions. The node mounts NFSv3 by default in the lab (see
 //! tests/lab/guest: NFSv4 walks from a root this guest cannot export).
-use crate::{claim_bed::Class, csi::dial, nfs::FsParent, Result};
+use crate::{claim_bed::Class, csi::dial, nfs::FsParent, project_fs::ProjectFs, Result};
 use api::crd::*;
 use kube::api::{Api, Patch, PatchParams};
 use pillar_csi_proto::csi::v1::{controller_client::ControllerClient, node_client::NodeClient};
@@ -15,6 +16,38 @@ use tonic::transport::Channel;
 
 /// The node's address in the lab: its NFS client address, what exports admit.
 pub const NODE_ADDRESS: &str = crate::nfs::CLIENT;
+/// The name of the agent's directory backend.
+pub const DIRECTORY_BACKEND: &str = "dirs";
+
+/// The agent's directory backend: an XFS mounted with `prjquota` and the
+/// folder of its volumes.
+#[derive(Debug)]
+pub struct Directories {
+    /// The filesystem.
+    pub fs: ProjectFs,
+    /// The backend's path: the volumes are its children.
+    pub root: PathBuf,
+}
+
+impl Directories {
+    /// Makes the filesystem and the folder for a bed named `prefix`.
+    pub fn create(lab: &crate::Lab, prefix: &str) -> Result<Self> {
+        let fs = ProjectFs::xfs(lab, &format!("{prefix}-dirs"), "prjquota")?;
+        let root = fs.at.join("volumes");
+        std::fs::create_dir(&root)?;
+        Ok(Self { fs, root })
+    }
+
+    /// The agent's `--backend` flag.
+    pub fn backend_flag(&self) -> String {
+        format!("directory={DIRECTORY_BACKEND}:{}", self.root.display())
+    }
+
+    /// How many volumes the backend holds.
+    pub fn children_count(&self) -> Result<usize> {
+        Ok(std::fs::read_dir(&self.root)?.count())
+    }
+}
 
 /// The files identity's part of a bed.
 #[derive(Debug)]
@@ -29,6 +62,10 @@ pub struct FilesSide {
     pub node_id: String,
     /// The filesystem PillarStorageClass.
     pub class: Class,
+    /// The agent's directory backend.
+    pub directories: Directories,
+    /// The directory PillarStorageClass.
+    pub directory_class: Class,
 }
 
 /// The sockets of the files identity for a bed named `prefix` in `dir`.
@@ -60,37 +97,50 @@ pub fn node_args(socket: &std::path::Path) -> Vec<OsString> {
 }
 
 /// Applies (server-side, as the admin) a `zfsDataset` PillarStore under
-/// `parent` served by agent `agent`, an `nfs` PillarProtocol and their
-/// PillarStorageClass, all named after `prefix`.
+/// `parent` and a `directory` PillarStore of [`DIRECTORY_BACKEND`], both
+/// served by agent `agent`, an `nfs` PillarProtocol and a
+/// PillarStorageClass of each store, all named after `prefix`; returns
+/// the filesystem class and the directory class.
 pub async fn apply_objects(
     admin: &kube::Client,
     prefix: &str,
     agent: &str,
     parent: &FsParent,
-) -> Result<Class> {
+) -> Result<(Class, Class)> {
     let params = PatchParams::apply("pillar-csi-lab").force();
     let (pool, below) = parent
         .dataset
         .split_once('/')
         .ok_or("the parent filesystem is a pool")?;
-    let store = format!("{prefix}-datasets");
-    let spec = PillarStoreSpec {
-        agent_ref: agent.to_owned(),
-        backend: StoreBackend {
-            zfs_dataset: Some(ZfsBackend {
-                pool: pool.to_owned(),
-                parent_dataset: Some(below.to_owned()),
-            }),
-            ..Default::default()
-        },
+    let datasets = StoreBackend {
+        zfs_dataset: Some(ZfsBackend {
+            pool: pool.to_owned(),
+            parent_dataset: Some(below.to_owned()),
+        }),
+        ..Default::default()
     };
-    Api::<PillarStore>::all(admin.clone())
-        .patch(
-            &store,
-            &params,
-            &Patch::Apply(PillarStore::new(&store, spec)),
-        )
-        .await?;
+    let directories = StoreBackend {
+        directory: Some(DirectoryBackend {
+            name: DIRECTORY_BACKEND.to_owned(),
+        }),
+        ..Default::default()
+    };
+    for (store, backend) in [
+        (format!("{prefix}-datasets"), datasets),
+        (format!("{prefix}-dirs"), directories),
+    ] {
+        let spec = PillarStoreSpec {
+            agent_ref: agent.to_owned(),
+            backend,
+        };
+        Api::<PillarStore>::all(admin.clone())
+            .patch(
+                &store,
+                &params,
+                &Patch::Apply(PillarStore::new(&store, spec)),
+            )
+            .await?;
+    }
     let protocol = format!("{prefix}-nfs");
     let spec = PillarProtocolSpec {
         protocol: ProtocolConfig {
@@ -105,14 +155,37 @@ pub async fn apply_objects(
             &Patch::Apply(PillarProtocol::new(&protocol, spec)),
         )
         .await?;
+    Ok((
+        apply_class(
+            admin,
+            prefix,
+            "files",
+            &format!("{prefix}-datasets"),
+            &protocol,
+        )
+        .await?,
+        apply_class(admin, prefix, "dirs", &format!("{prefix}-dirs"), &protocol).await?,
+    ))
+}
+
+/// Applies the PillarStorageClass `<prefix>-<what>` of `store` over
+/// `protocol`, generating the StorageClass `pillar-<prefix>-<what>`.
+async fn apply_class(
+    admin: &kube::Client,
+    prefix: &str,
+    what: &str,
+    store: &str,
+    protocol: &str,
+) -> Result<Class> {
+    let params = PatchParams::apply("pillar-csi-lab").force();
     let class = Class {
-        name: format!("{prefix}-files"),
-        storage_class: format!("pillar-{prefix}-files"),
+        name: format!("{prefix}-{what}"),
+        storage_class: format!("pillar-{prefix}-{what}"),
         fs_type: "nfs",
     };
     let spec = PillarStorageClassSpec {
-        store_ref: store,
-        protocol_ref: protocol,
+        store_ref: store.to_owned(),
+        protocol_ref: protocol.to_owned(),
         storage_class: StorageClassTemplate {
             name: class.storage_class.clone(),
             reclaim_policy: None,

@@ -84,6 +84,17 @@ pub fn xfs_quota_limit(at: &Path, id: u32) -> Result<u64> {
     Ok(hard * 1024)
 }
 
+/// The project ID of `path` as `xfs_io` reads it (`lsproj`).
+pub fn project_of(path: &Path) -> Result<u32> {
+    let out = run("xfs_io", &["-r", "-c", "lsproj", &path.to_string_lossy()])?;
+    // `projid = 1234`
+    Ok(out
+        .rsplit('=')
+        .next()
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("no project ID in xfs_io's {out:?}"))?)
+}
+
 impl Drop for ProjectFs {
     fn drop(&mut self) {
         let _ = run("umount", &[&self.at.to_string_lossy()]);

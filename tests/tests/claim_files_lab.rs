@@ -16,6 +16,7 @@ use pillar_csi_lab::{
     claim_requests::{create_volume, passed_parameters, publish_volume, stage_volume, ClaimRef},
     csi::csi_pb as pb,
     nfs::{exported, fill, within, zget},
+    project_fs::project_of,
     sanity, Result,
 };
 use std::{path::Path, time::Duration};
@@ -286,6 +287,141 @@ async fn claim_files_rwx_volume_written_by_two_pods_quota_expansion_and_fence() 
         .await?;
     assert!(zget(&dataset, "type").is_err(), "{dataset} destroyed");
     assert_eq!(files.parent.children_count()?, 0);
+    Ok(())
+}
+
+/// A directory volume: the same identity and calls, the agent's directory
+/// backend on an XFS with `prjquota`; the project quota is the size the
+/// pods see and the limit their writes meet (XFS answers ENOSPC).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the kernel lab"]
+async fn claim_files_directory_volume_bounded_by_its_project_quota() -> Result<()> {
+    let bed = ClaimBed::start_files("fdirs").await?;
+    let files = bed.files.as_ref().ok_or("no files side")?;
+    let dirs = &files.directories;
+    let sc = bed.storage_class(&files.directory_class).await?;
+    assert_eq!(sc.provisioner, "files.pillar-csi.bhyoo.com");
+    let params = sc.parameters.clone().unwrap_or_default();
+    let mut controller = files.controller_client().await?;
+    let mut node = files.node_client().await?;
+    let name = bed.lab.unique("dirclaim");
+    let pv = claim(&bed, &name, &files.directory_class.storage_class, &[]).await?;
+    let claim = ClaimRef {
+        namespace: NAMESPACE,
+        name: &name,
+        pv: &pv,
+    };
+
+    // CreateVolume: a directory in a project limited to the capacity.
+    let mut create = create_volume(&params, claim, 24 * MIB, "");
+    create.volume_capabilities = vec![rwx(create.volume_capabilities[0].clone())];
+    let volume = controller
+        .create_volume(create)
+        .await?
+        .into_inner()
+        .volume
+        .ok_or("no volume")?;
+    assert!(
+        volume.volume_id.contains("/nfs/directory/dirs/"),
+        "{}",
+        volume.volume_id
+    );
+    let path = dirs
+        .root
+        .join(volume.volume_id.rsplit('/').next().unwrap_or_default());
+    let project = project_of(&path)?;
+    assert_eq!(dirs.fs.xfs_limit(project)?, 24 * MIB);
+
+    // Published, staged and published to a pod: it writes until the limit.
+    let cap = rwx(pillar_csi_lab::claim_requests::capability(""));
+    let mut publish = publish_volume(&volume, &files.node_id, "");
+    publish.volume_capability = Some(cap.clone());
+    let context = controller
+        .controller_publish_volume(publish)
+        .await?
+        .into_inner()
+        .publish_context;
+    assert_eq!(
+        context.get("target").map(String::as_str),
+        Some(path.to_string_lossy().as_ref())
+    );
+    let staging = bed.path("dirs-staging");
+    let mut stage = stage_volume(&volume, &context, &staging, "");
+    stage.volume_capability = Some(cap.clone());
+    node.node_stage_volume(stage).await?;
+    let target = bed.path("dirs-pod");
+    node.node_publish_volume(pb::NodePublishVolumeRequest {
+        volume_id: volume.volume_id.clone(),
+        publish_context: context.clone(),
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(cap.clone()),
+        ..Default::default()
+    })
+    .await?;
+    std::fs::write(target.join("hello"), b"from the pod")?;
+    assert_eq!(std::fs::read(path.join("hello"))?, b"from the pod");
+    let big = target.join("big");
+    let err = within(Duration::from_secs(120), move || fill(&big, 40))
+        .expect_err("40 MiB cannot fit in 24 MiB");
+    assert_eq!(err.raw_os_error(), Some(28), "ENOSPC over NFS, got {err}");
+    std::fs::remove_file(path.join("big"))?;
+
+    // ControllerExpandVolume: the limit grows, no node step; the pod's
+    // statfs follows.
+    let grown = controller
+        .controller_expand_volume(pb::ControllerExpandVolumeRequest {
+            volume_id: volume.volume_id.clone(),
+            capacity_range: pillar_csi_lab::claim_requests::range(48 * MIB),
+            volume_capability: Some(cap),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(grown.capacity_bytes, (48 * MIB) as i64);
+    assert!(!grown.node_expansion_required);
+    assert_eq!(dirs.fs.xfs_limit(project)?, 48 * MIB);
+    let stats = node
+        .node_get_volume_stats(pb::NodeGetVolumeStatsRequest {
+            volume_id: volume.volume_id.clone(),
+            volume_path: target.display().to_string(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let total = stats.usage.first().ok_or("no usage")?.total;
+    assert_eq!(total, (48 * MIB) as i64, "{stats:?}");
+
+    // Unpublished, unstaged, unexported, deleted: the directory and its
+    // project's limit are gone.
+    node.node_unpublish_volume(pb::NodeUnpublishVolumeRequest {
+        volume_id: volume.volume_id.clone(),
+        target_path: target.display().to_string(),
+    })
+    .await?;
+    node.node_unstage_volume(pb::NodeUnstageVolumeRequest {
+        volume_id: volume.volume_id.clone(),
+        staging_target_path: staging.display().to_string(),
+    })
+    .await?;
+    controller
+        .controller_unpublish_volume(pb::ControllerUnpublishVolumeRequest {
+            volume_id: volume.volume_id.clone(),
+            node_id: files.node_id.clone(),
+            ..Default::default()
+        })
+        .await?;
+    let shown = path.to_string_lossy().into_owned();
+    assert!(!exported()?.lines().any(|l| l.starts_with(&shown)));
+    controller
+        .delete_volume(pb::DeleteVolumeRequest {
+            volume_id: volume.volume_id.clone(),
+            ..Default::default()
+        })
+        .await?;
+    assert!(!path.exists(), "{shown} removed");
+    assert_eq!(dirs.children_count()?, 0);
+    assert_eq!(dirs.fs.xfs_limit(project)?, 0);
     Ok(())
 }
 

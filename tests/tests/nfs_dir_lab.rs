@@ -7,7 +7,7 @@
 use pillar_csi_lab::{
     agent::{pb, AgentConfig, AgentProcess},
     nfs::{exported, fill, within, NfsMount, CLIENT},
-    project_fs::ProjectFs,
+    project_fs::{project_of, ProjectFs},
     run, Lab, Result,
 };
 use std::{os::unix::fs::MetadataExt, path::Path, time::Duration};
@@ -24,17 +24,6 @@ fn fence(uid: &str, generation: u64) -> Option<pb::FenceToken> {
         volume_uid: uid.to_owned(),
         generation,
     })
-}
-
-/// The project ID of `path` as `xfs_io` reads it (`lsproj`).
-fn project_of(path: &Path) -> Result<u32> {
-    let out = run("xfs_io", &["-r", "-c", "lsproj", &path.to_string_lossy()])?;
-    // `projid = 1234`
-    Ok(out
-        .rsplit('=')
-        .next()
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| format!("no project ID in xfs_io's {out:?}"))?)
 }
 
 #[tokio::test(flavor = "multi_thread")]

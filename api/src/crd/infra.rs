@@ -109,7 +109,7 @@ pub struct ReadyStatus {
 pub struct PillarStoreSpec {
     /// The PillarAgent serving this store.
     pub agent_ref: String,
-    /// Exactly one of `zfs`, `lvm` and `zfsDataset`.
+    /// Exactly one of `zfs`, `lvm`, `zfsDataset` and `directory`.
     pub backend: StoreBackend,
 }
 
@@ -129,6 +129,20 @@ pub struct StoreBackend {
     /// `files.pillar-csi.bhyoo.com` identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zfs_dataset: Option<ZfsBackend>,
+    /// Directories of the agent's directory backend, each bounded by an
+    /// XFS project quota: filesystem volumes, served over NFS under the
+    /// `files.pillar-csi.bhyoo.com` identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directory: Option<DirectoryBackend>,
+}
+
+/// An agent's directory backend, by the name its configuration gives it
+/// (`agent.backends[].directory.name`); the path is the agent's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DirectoryBackend {
+    /// The backend's name.
+    pub name: String,
 }
 
 /// A ZFS pool, and the dataset under which zvols live.

@@ -94,8 +94,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace 
 {{- toYaml $rules -}}
 {{- end -}}
 
-{{/* The host folders the agent mounts filesystem volumes under, as a JSON list:
-agent.nfs.hostPaths, or /<pool>/<parentDataset> of each zfsDataset backend. */}}
+{{/* The host folders that hold filesystem volumes, as a JSON list:
+agent.nfs.hostPaths, or /<pool>/<parentDataset> of each zfsDataset backend;
+then the path of each directory backend. */}}
 {{- define "pillar-csi.agent.filesystemPaths" -}}
 {{- $paths := list -}}
 {{- if .Values.agent.nfs.hostPaths -}}
@@ -105,6 +106,11 @@ agent.nfs.hostPaths, or /<pool>/<parentDataset> of each zfsDataset backend. */}}
 {{- with .zfsDataset -}}
 {{- $paths = append $paths (printf "/%s" (trimSuffix "/" (printf "%s/%s" .pool (default "" .parentDataset)))) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.agent.backends -}}
+{{- with .directory -}}
+{{- $paths = append $paths .path -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $paths -}}

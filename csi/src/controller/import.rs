@@ -110,10 +110,16 @@ pub fn requested(
 }
 
 fn backend_token(backend: &StoreBackend) -> &'static str {
-    match (&backend.zfs, &backend.lvm, &backend.zfs_dataset) {
-        (Some(_), _, _) => Backend::ZfsZvol.as_str(),
-        (_, Some(_), _) => Backend::LvmLv.as_str(),
-        (_, _, Some(_)) => Backend::ZfsDataset.as_str(),
+    match (
+        &backend.zfs,
+        &backend.lvm,
+        &backend.zfs_dataset,
+        &backend.directory,
+    ) {
+        (Some(_), _, _, _) => Backend::ZfsZvol.as_str(),
+        (_, Some(_), _, _) => Backend::LvmLv.as_str(),
+        (_, _, Some(_), _) => Backend::ZfsDataset.as_str(),
+        (_, _, _, Some(_)) => Backend::Directory.as_str(),
         _ => "none",
     }
 }

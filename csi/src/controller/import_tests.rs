@@ -16,6 +16,7 @@ fn zfs(parent: Option<&str>) -> StoreBackend {
         }),
         lvm: None,
         zfs_dataset: None,
+        directory: None,
     }
 }
 
@@ -27,6 +28,7 @@ fn lvm() -> StoreBackend {
             thin_pool: None,
         }),
         zfs_dataset: None,
+        directory: None,
     }
 }
 

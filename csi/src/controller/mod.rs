@@ -65,6 +65,7 @@ pub fn backend_type(backend: Backend) -> i32 {
         Backend::ZfsZvol => agent::BackendType::ZfsZvol as i32,
         Backend::LvmLv => agent::BackendType::Lvm as i32,
         Backend::ZfsDataset => agent::BackendType::ZfsDataset as i32,
+        Backend::Directory => agent::BackendType::Directory as i32,
     }
 }
 

@@ -48,12 +48,18 @@ where
 
 /// The store's backend, exactly one of `zfs`, `lvm` and `zfsDataset`.
 pub fn backend_of(store_name: &str, backend: &StoreBackend) -> Result<Backend> {
-    match (&backend.zfs, &backend.lvm, &backend.zfs_dataset) {
-        (Some(_), None, None) => Ok(Backend::ZfsZvol),
-        (None, Some(_), None) => Ok(Backend::LvmLv),
-        (None, None, Some(_)) => Ok(Backend::ZfsDataset),
+    match (
+        &backend.zfs,
+        &backend.lvm,
+        &backend.zfs_dataset,
+        &backend.directory,
+    ) {
+        (Some(_), None, None, None) => Ok(Backend::ZfsZvol),
+        (None, Some(_), None, None) => Ok(Backend::LvmLv),
+        (None, None, Some(_), None) => Ok(Backend::ZfsDataset),
+        (None, None, None, Some(_)) => Ok(Backend::Directory),
         _ => Err(Error::InvalidArgument(format!(
-            "PillarStore {store_name:?} must set exactly one of backend.zfs, backend.lvm and backend.zfsDataset"
+            "PillarStore {store_name:?} must set exactly one of backend.zfs, backend.lvm, backend.zfsDataset and backend.directory"
         ))),
     }
 }
@@ -82,15 +88,16 @@ pub fn acl_of(config: &ProtocolConfig) -> bool {
 }
 
 /// The agent volume ID a volume named `name` gets in a store: `<pool>/<name>`
-/// (the agent places zvols and filesystems under its parentDataset) or
-/// `<vg>/<name>`.
+/// (the agent places zvols and filesystems under its parentDataset),
+/// `<vg>/<name>` or `<directory backend>/<name>`.
 pub fn volume_in(store_name: &str, backend: &StoreBackend, name: &str) -> Result<AgentVolumeId> {
     let kind = backend_of(store_name, backend)?;
     let id = format!("{}/{name}", pool_of(backend).unwrap_or_default());
     AgentVolumeId::parse(kind, &id).map_err(|e| Error::InvalidArgument(e.to_string()))
 }
 
-/// The pool or volume group a store's GetCapacity asks for.
+/// The pool, volume group or directory backend a store's GetCapacity asks
+/// for.
 pub fn pool_of(backend: &StoreBackend) -> Option<String> {
     backend
         .zfs
@@ -98,6 +105,7 @@ pub fn pool_of(backend: &StoreBackend) -> Option<String> {
         .or(backend.zfs_dataset.as_ref())
         .map(|z| z.pool.clone())
         .or(backend.lvm.as_ref().map(|l| l.volume_group.clone()))
+        .or(backend.directory.as_ref().map(|d| d.name.clone()))
 }
 
 /// The PillarStorageClass named in `parameters`.
@@ -150,6 +158,7 @@ mod tests {
             }),
             lvm: None,
             zfs_dataset: None,
+            directory: None,
         };
         assert_eq!(
             volume_in("s", &zfs, "pvc-1").unwrap().to_string(),
@@ -162,6 +171,7 @@ mod tests {
             }),
             lvm: None,
             zfs_dataset: None,
+            directory: None,
         };
         assert_eq!(
             volume_in("s", &root, "pvc-1").unwrap().to_string(),
@@ -174,6 +184,7 @@ mod tests {
                 thin_pool: Some("thin0".into()),
             }),
             zfs_dataset: None,
+            directory: None,
         };
         let id = volume_in("s", &lvm, "pvc-1").unwrap();
         assert_eq!(
@@ -184,10 +195,13 @@ mod tests {
             zfs: zfs.zfs.clone(),
             lvm: lvm.lvm.clone(),
             zfs_dataset: None,
+            directory: None,
         };
         let e = volume_in("s", &both, "pvc-1").err().unwrap().to_string();
         assert!(
-            e.contains("exactly one of backend.zfs, backend.lvm and backend.zfsDataset"),
+            e.contains(
+                "exactly one of backend.zfs, backend.lvm, backend.zfsDataset and backend.directory"
+            ),
             "{e}"
         );
         let files = StoreBackend {
@@ -200,6 +214,18 @@ mod tests {
             ("tank/pvc-1", Backend::ZfsDataset)
         );
         assert_eq!(pool_of(&files).as_deref(), Some("tank"));
+        let dirs = StoreBackend {
+            directory: Some(api::crd::DirectoryBackend {
+                name: "dirs".into(),
+            }),
+            ..Default::default()
+        };
+        let id = volume_in("s", &dirs, "pvc-1").unwrap();
+        assert_eq!(
+            (id.to_string().as_str(), id.backend()),
+            ("dirs/pvc-1", Backend::Directory)
+        );
+        assert_eq!(pool_of(&dirs).as_deref(), Some("dirs"));
         let e = volume_in("s", &StoreBackend::default(), "pvc-1")
             .err()
             .unwrap();

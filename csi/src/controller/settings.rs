@@ -274,6 +274,7 @@ mod tests {
             }),
             lvm: None,
             zfs_dataset: None,
+            directory: None,
         }
     }
 
@@ -285,6 +286,7 @@ mod tests {
                 thin_pool: thin.then(|| "thin0".into()),
             }),
             zfs_dataset: None,
+            directory: None,
         }
     }
 

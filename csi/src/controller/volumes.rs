@@ -102,6 +102,7 @@ impl Controller {
             if place.store.spec.backend.zfs.is_none() {
                 let backend = match resolve::backend_of(&store_name, &place.store.spec.backend)? {
                     api::tokens::Backend::LvmLv => "an LVM backend",
+                    api::tokens::Backend::Directory => "a directory backend",
                     _ => "a zfsDataset backend",
                 };
                 return Err(Error::InvalidArgument(format!(

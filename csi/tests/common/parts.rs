@@ -142,6 +142,7 @@ pub fn zfs_store() -> PillarStore {
             }),
             lvm: None,
             zfs_dataset: None,
+            directory: None,
         },
     )
 }
@@ -157,6 +158,7 @@ pub fn lvm_store() -> PillarStore {
                 thin_pool: None,
             }),
             zfs_dataset: None,
+            directory: None,
         },
     )
 }
