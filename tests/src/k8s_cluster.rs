@@ -57,7 +57,8 @@ pub struct Cluster<'a> {
     proxy: Option<KubeProxy>,
     kcm: ControllerManager,
     snapshots: SnapshotController,
-    sidecars: Option<Sidecars>,
+    /// Locked to restart an exited sidecar while a wait runs.
+    sidecars: std::sync::Mutex<Option<Sidecars>>,
 }
 
 pub use crate::played_kubelet::Mounted;
@@ -132,7 +133,7 @@ impl<'a> Cluster<'a> {
             proxy: None,
             kcm,
             snapshots,
-            sidecars: Some(sidecars),
+            sidecars: std::sync::Mutex::new(Some(sidecars)),
         })
     }
 
@@ -163,7 +164,7 @@ impl<'a> Cluster<'a> {
             proxy: None,
             kcm,
             snapshots,
-            sidecars: None,
+            sidecars: std::sync::Mutex::new(None),
         };
         cluster.node_ready().await?;
         // After the Node exists: kube-proxy reads its address from it.
@@ -306,6 +307,7 @@ impl<'a> Cluster<'a> {
     {
         let start = Instant::now();
         loop {
+            self.restart_exited_sidecars()?;
             if let Some(v) = f().await? {
                 println!("      {what}: after {:.1} s", start.elapsed().as_secs_f64());
                 return Ok(v);
@@ -315,6 +317,20 @@ impl<'a> Cluster<'a> {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+
+    /// Starts again each sidecar that exited, as kubelet restarts the
+    /// controller pod's exited container (a sidecar exits when it loses
+    /// its connection to the CSI socket, which a loaded machine's slow
+    /// first probe can do); prints which and why.
+    fn restart_exited_sidecars(&self) -> Result<()> {
+        let mut sidecars = self.sidecars.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sidecars) = sidecars.as_mut() {
+            for restarted in sidecars.restart_exited()? {
+                println!("      restarted, as kubelet would: {restarted}");
+            }
+        }
+        Ok(())
     }
 
     /// The user's claim `name` of `size` (`64Mi`) in StorageClass `class`,
@@ -475,7 +491,12 @@ impl<'a> Cluster<'a> {
         self.api::<CSINode>()
             .delete(&self.node_name, &DeleteParams::default())
             .await?;
-        if let Some(sidecars) = self.sidecars.take() {
+        let sidecars = self
+            .sidecars
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(sidecars) = sidecars {
             sidecars.terminate().await;
         }
         Ok(())
