@@ -222,6 +222,17 @@ impl From<&sys::blkid::Probe> for ProbeRecord {
     }
 }
 
+impl BackendRecord {
+    /// Whether the volume is a filesystem (a ZFS filesystem or a
+    /// directory, exported over NFS) rather than a block device.
+    pub fn is_filesystem(&self) -> bool {
+        matches!(
+            self,
+            BackendRecord::Dataset { .. } | BackendRecord::Directory { .. }
+        )
+    }
+}
+
 impl std::fmt::Display for BackendRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -261,7 +261,7 @@ impl Agent {
         // The spec's `blkid -p` signature probe, read-only and in-process.
         // It refuses nothing: what it found is recorded with the pin. A
         // filesystem (a mounted directory) has no device to probe.
-        let probe = if matches!(record, BackendRecord::Dataset { .. }) {
+        let probe = if record.is_filesystem() {
             None
         } else {
             let device = state.device_path.clone();

@@ -56,11 +56,7 @@ fn check_transport(
     location: &BackendRecord,
     protocol: Protocol,
 ) -> Result<(), AgentError> {
-    let filesystem = matches!(
-        location,
-        BackendRecord::Dataset { .. } | BackendRecord::Directory { .. }
-    );
-    match (filesystem, protocol == Protocol::Nfs) {
+    match (location.is_filesystem(), protocol == Protocol::Nfs) {
         (true, false) => Err(AgentError::InvalidArgument(format!(
             "volume {id} is a filesystem: it is exported over nfs, not {}",
             protocol.as_str()
