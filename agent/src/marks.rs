@@ -133,6 +133,14 @@ pub enum AdoptedSource {
         /// The filesystem that was named in the import.
         dataset: String,
     },
+    /// An adopted directory, always preserved: the pin outlives every
+    /// lifecycle (its inode and project are pinned in the backend record
+    /// of each).
+    #[serde(rename_all = "camelCase")]
+    Directory {
+        /// The directory that was named in the import.
+        path: String,
+    },
     /// An adopted LV, its identity and policy pinned. The pin of a
     /// PreserveOriginal LV outlives every lifecycle.
     #[serde(rename_all = "camelCase")]
@@ -152,14 +160,25 @@ pub enum AdoptedSource {
 
 impl AdoptedSource {
     /// Whether the original must be preserved (a PreserveOriginal LV, an
-    /// adopted filesystem).
+    /// adopted filesystem or directory).
     pub fn preserves(&self) -> bool {
+        self.is_filesystem()
+            || matches!(
+                self,
+                AdoptedSource::Lv {
+                    preserve_original: true,
+                    ..
+                }
+            )
+    }
+
+    /// Whether the source is a filesystem served over NFS (a ZFS
+    /// filesystem or a directory): kept as it is, its identity checked by
+    /// the backend's lookup.
+    pub fn is_filesystem(&self) -> bool {
         matches!(
             self,
-            AdoptedSource::Lv {
-                preserve_original: true,
-                ..
-            } | AdoptedSource::Dataset { .. }
+            AdoptedSource::Dataset { .. } | AdoptedSource::Directory { .. }
         )
     }
 }

@@ -8,6 +8,8 @@
 //!   ([`parse_import_lv`]).
 //! - `pillar-csi.bhyoo.com/import-lv-policy`: `PreserveOriginal` (the
 //!   default when absent) or `Managed`, case-sensitive ([`parse_import_lv_policy`]).
+//! - `pillar-csi.bhyoo.com/import-directory`: an absolute path on a storage
+//!   node ([`parse_import_directory`]).
 //!
 //! Name rules are not repeated here: datasets are checked by
 //! [`crate::names::zfs::check_dataset_name`], VG and LV names by
@@ -22,8 +24,8 @@ pub const IMPORT_ZVOL_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-zvol";
 /// The annotation naming a ZFS filesystem to adopt (the
 /// `files.pillar-csi.bhyoo.com` driver's).
 pub const IMPORT_ZFS_DATASET_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-zfs-dataset";
-/// The annotation naming an existing directory to adopt (the spec's; not
-/// served yet: a claim carrying it is refused, never given a new volume).
+/// The annotation naming an existing directory to adopt (the
+/// `files.pillar-csi.bhyoo.com` driver's).
 pub const IMPORT_DIRECTORY_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-directory";
 /// The annotation naming an LV to adopt, with its UUIDs.
 pub const IMPORT_LV_ANNOTATION: &str = "pillar-csi.bhyoo.com/import-lv";
@@ -82,6 +84,73 @@ fn parse_dataset(a: &str, value: &str) -> Result<DatasetName, InvalidAnnotation>
         }
         Err(rule) => Err(InvalidAnnotation(format!("{a} dataset {value:?}: {rule}"))),
     }
+}
+
+/// The longest path an `import-directory` value may be (`PATH_MAX` less
+/// its terminating NUL).
+const PATH_MAX: usize = 4095;
+
+/// An `import-directory` value: an absolute path in its plain form (no
+/// `.` or `..` component, no empty one, no trailing slash).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DirectoryPath(String);
+
+impl DirectoryPath {
+    /// The path as the annotation gave it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The folder that holds the directory (`/` for a top-level one).
+    pub fn parent(&self) -> &str {
+        match self.0.rfind('/') {
+            Some(0) | None => "/",
+            Some(i) => &self.0[..i],
+        }
+    }
+
+    /// The directory's own name, its last component.
+    pub fn name(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or_default()
+    }
+}
+
+impl fmt::Display for DirectoryPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Checks an `import-directory` value: an absolute path in its plain
+/// form, with no control character, at most 4095 bytes.
+pub fn parse_import_directory(value: &str) -> Result<DirectoryPath, InvalidAnnotation> {
+    let a = IMPORT_DIRECTORY_ANNOTATION;
+    let form = "an absolute path \"/<folder>/<name>\"";
+    if !value.starts_with('/') || value == "/" {
+        return Err(InvalidAnnotation(format!(
+            "{a} must name a directory as {form}, got {value:?}"
+        )));
+    }
+    if value.len() > PATH_MAX {
+        return Err(InvalidAnnotation(format!(
+            "{a} path is {} bytes long, more than the {PATH_MAX} a path may be",
+            value.len()
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(InvalidAnnotation(format!(
+            "{a} path {value:?} holds a control character"
+        )));
+    }
+    if let Some(c) = value[1..]
+        .split('/')
+        .find(|c| c.is_empty() || *c == "." || *c == "..")
+    {
+        return Err(InvalidAnnotation(format!(
+            "{a} path {value:?} has the component {c:?}; write the path plainly, with no empty, \".\" or \"..\" component and no trailing slash"
+        )));
+    }
+    Ok(DirectoryPath(value.to_owned()))
 }
 
 /// The identity an `import-lv` value pins: names and UUIDs.
@@ -188,6 +257,40 @@ mod tests {
 
     const VG_UUID: &str = "Xk3pQm-1aB2-c3D4-e5F6-g7H8-i9J0-Kl1mNo";
     const LV_UUID: &str = "Rt7uVw-2cD3-e4F5-g6H7-i8J9-k0L1-Mn2oPq";
+
+    #[test]
+    fn directory_values_are_plain_absolute_paths() {
+        let ok = parse_import_directory("/srv/share/media").unwrap();
+        assert_eq!((ok.parent(), ok.name()), ("/srv/share", "media"));
+        let top = parse_import_directory("/media").unwrap();
+        assert_eq!((top.parent(), top.name()), ("/", "media"));
+        let a = IMPORT_DIRECTORY_ANNOTATION;
+        for v in ["", "/", "srv/media", "./srv"] {
+            assert_eq!(
+                parse_import_directory(v).unwrap_err().0,
+                format!(
+                    "{a} must name a directory as an absolute path \"/<folder>/<name>\", got {v:?}"
+                )
+            );
+        }
+        for (v, c) in [
+            ("/srv/media/", ""),
+            ("/srv//media", ""),
+            ("/srv/./media", "."),
+            ("/srv/../etc", ".."),
+        ] {
+            let e = parse_import_directory(v).unwrap_err().0;
+            assert!(
+                e.starts_with(&format!("{a} path {v:?} has the component {c:?}")),
+                "{e}"
+            );
+        }
+        let e = parse_import_directory("/srv/a\nb").unwrap_err().0;
+        assert!(e.ends_with("holds a control character"), "{e}");
+        let long = format!("/{}", "x".repeat(PATH_MAX));
+        let e = parse_import_directory(&long).unwrap_err().0;
+        assert!(e.contains("4096 bytes long, more than the 4095"), "{e}");
+    }
 
     fn zvol_err(v: &str) -> String {
         parse_import_zvol(v).unwrap_err().0

@@ -18,6 +18,7 @@ pub struct ProjectFs {
     /// Where it is mounted.
     pub at: PathBuf,
     image: PathBuf,
+    options: String,
 }
 
 impl ProjectFs {
@@ -35,16 +36,30 @@ impl ProjectFs {
             dev,
             at: std::env::temp_dir().join(&name),
             image,
+            options: options.to_owned(),
         };
         let mut args = mkfs[1..].to_vec();
         args.push(&made.dev);
         run(mkfs[0], &args)?;
         fs::create_dir_all(&made.at)?;
+        made.mount()?;
+        Ok(made)
+    }
+
+    /// Mounts it at [`ProjectFs::at`] with its options (again, after
+    /// [`ProjectFs::unmount`]: what a storage node's boot does).
+    pub fn mount(&self) -> Result<()> {
         run(
             "mount",
-            &["-o", options, &made.dev, &made.at.to_string_lossy()],
+            &["-o", &self.options, &self.dev, &self.at.to_string_lossy()],
         )?;
-        Ok(made)
+        Ok(())
+    }
+
+    /// Unmounts it (what a storage node's power cycle leaves).
+    pub fn unmount(&self) -> Result<()> {
+        run("umount", &[&self.at.to_string_lossy()])?;
+        Ok(())
     }
 
     /// An XFS mounted with `options` (`prjquota` to enforce project
@@ -57,6 +72,18 @@ impl ProjectFs {
     /// (XFS only).
     pub fn xfs_limit(&self, id: u32) -> Result<u64> {
         xfs_quota_limit(&self.at, id)
+    }
+
+    /// What an operator does before adopting directory `dir` (XFS only):
+    /// puts its tree in project `id` with the inherit flag (`xfs_quota
+    /// project -s`) and sets the project's hard limit to `mib` MiB.
+    pub fn xfs_project(&self, dir: &Path, id: u32, mib: u64) -> Result<()> {
+        let at = self.at.to_string_lossy();
+        let setup = format!("project -s -p {} {id}", dir.display());
+        run("xfs_quota", &["-x", "-c", &setup, &at])?;
+        let limit = format!("limit -p bhard={mib}m {id}");
+        run("xfs_quota", &["-x", "-c", &limit, &at])?;
+        Ok(())
     }
 }
 

@@ -624,5 +624,63 @@ async fn claim_files_adopts_a_filesystem_with_data_and_keeps_it_on_delete() -> R
         "no export is left: {}",
         exported()?
     );
+
+    // A directory is adopted the same way, through the controller with the
+    // claim's import-directory annotation: the operator put it in a
+    // project whose hard limit is the claim's size, and it is kept on delete.
+    let dirs = &files.directories;
+    let dir = dirs.root.join(bed.lab.unique("olddir"));
+    std::fs::create_dir(&dir)?;
+    std::fs::write(dir.join("kept.txt"), "a directory from before")?;
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o750))?;
+    dirs.fs.xfs_project(&dir, 4242, 32)?;
+    let dir_before = (mode(&dir)?, project_of(&dir)?, dirs.fs.xfs_limit(4242)?);
+    let value = dir.to_string_lossy().into_owned();
+    let import = [("pillar-csi.bhyoo.com/import-directory", value.as_str())];
+    let dsc = bed.storage_class(&files.directory_class).await?;
+    let dname = bed.lab.unique("olddirclaim");
+    let dpv = claim(&bed, &dname, &files.directory_class.storage_class, &import).await?;
+    let dclaim = ClaimRef {
+        namespace: NAMESPACE,
+        name: &dname,
+        pv: &dpv,
+    };
+    let mut dcreate = create_volume(
+        &dsc.parameters.clone().unwrap_or_default(),
+        dclaim,
+        32 * MIB,
+        "",
+    );
+    dcreate.volume_capabilities = vec![rwx(dcreate.volume_capabilities[0].clone())];
+    let adopted = controller
+        .create_volume(dcreate)
+        .await?
+        .into_inner()
+        .volume
+        .ok_or("no volume")?;
+    let leaf = dir.file_name().unwrap_or_default().to_string_lossy();
+    assert!(
+        adopted
+            .volume_id
+            .ends_with(&format!("/nfs/directory/dirs/{leaf}")),
+        "{}",
+        adopted.volume_id
+    );
+    assert_eq!(adopted.capacity_bytes, (32 * MIB) as i64);
+    controller
+        .delete_volume(pb::DeleteVolumeRequest {
+            volume_id: adopted.volume_id.clone(),
+            ..Default::default()
+        })
+        .await?;
+    assert_eq!(
+        std::fs::read_to_string(dir.join("kept.txt"))?,
+        "a directory from before"
+    );
+    assert_eq!(
+        (mode(&dir)?, project_of(&dir)?, dirs.fs.xfs_limit(4242)?),
+        dir_before,
+        "deleted, the directory keeps its mode, project and limit"
+    );
     Ok(())
 }

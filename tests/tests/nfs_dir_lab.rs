@@ -204,3 +204,239 @@ async fn nfs_dir_lab_a_directory_without_project_quotas_stops_the_agent() -> Res
     assert!(text.contains("prjquota"), "{text}");
     Ok(())
 }
+
+/// What an adoption must leave as it was: the directory's inode, mode,
+/// owner and project, the project's limit, and the data.
+fn fingerprint(xfs: &ProjectFs, dir: &Path) -> Result<String> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    let project = project_of(dir)?;
+    let data = run("sha256sum", &[&dir.join("data.bin").to_string_lossy()])?;
+    Ok(format!(
+        "inode {} mode {:o} owner {}:{} project {project} limit {} data {}",
+        meta.ino(),
+        meta.mode(),
+        meta.uid(),
+        meta.gid(),
+        xfs.xfs_limit(project)?,
+        data.split(' ').next().unwrap_or_default()
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the kernel lab"]
+async fn nfs_dir_lab_adopted_directory_refusals_and_preservation() -> Result<()> {
+    let lab = Lab::get();
+    let xfs = ProjectFs::xfs(&lab, "ndirimp", "prjquota")?;
+    let root = xfs.at.join("volumes");
+    std::fs::create_dir(&root)?;
+    let name = lab.unique("nfsdirimp");
+    let config = AgentConfig::new(
+        &lab,
+        &name,
+        vec![format!("directory=dirs:{}", root.display())],
+        4443,
+        3283,
+    )?;
+    let agent = AgentProcess::start(config).await?;
+    let mut c = agent.client().await?;
+    // An existing directory holding data, as another tool left it: its
+    // own mode and owner, in no project yet.
+    let leaf = lab.unique("legacy");
+    let dir = root.join(&leaf);
+    std::fs::create_dir(&dir)?;
+    fill(&dir.join("data.bin"), 8)?;
+    run("chown", &["-R", "1234:1234", &dir.to_string_lossy()])?;
+    run("chmod", &["0750", &dir.to_string_lossy()])?;
+    let id = format!("dirs/{leaf}");
+    let uid = lab.unique("uid");
+    let import = |path: &Path, bytes: u64| pb::CreateVolumeRequest {
+        volume_id: id.clone(),
+        backend_type: DIRECTORY,
+        capacity_bytes: bytes,
+        fence: fence(&uid, 1),
+        import_directory: path.to_string_lossy().into_owned(),
+        ..Default::default()
+    };
+    let refused = |request: pb::CreateVolumeRequest, expect: &'static str| {
+        let mut c = c.clone();
+        async move {
+            let err = c
+                .create_volume(request)
+                .await
+                .expect_err("a refused import");
+            assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+            assert!(err.message().contains(expect), "{expect:?} in {err:?}");
+        }
+    };
+
+    // The exact quota prerequisite, step by step as an operator meets it;
+    // each refusal names what to change and changes nothing.
+    let before = fingerprint(&xfs, &dir)?;
+    refused(import(&dir, 40 * MIB), "is in no project").await;
+    run("xfs_io", &["-c", "chproj 77", &dir.to_string_lossy()])?;
+    refused(import(&dir, 40 * MIB), "without the inherit flag").await;
+    xfs.xfs_project(&dir, 77, 40)?;
+    let prepared = fingerprint(&xfs, &dir)?;
+    assert_eq!(
+        before.replace("project 0 limit 0", "project 77 limit 41943040"),
+        prepared,
+        "the operator's xfs_quota changed the project and its limit only"
+    );
+    refused(
+        import(&dir, 32 * MIB),
+        "has a hard limit of 41943040 bytes, requested capacity is 33554432 bytes; they must be equal",
+    )
+    .await;
+    let elsewhere = xfs.at.join(&leaf);
+    std::fs::create_dir(&elsewhere)?;
+    refused(import(&elsewhere, 40 * MIB), "is not directly under").await;
+    refused(
+        import(&root.join(format!("{leaf}-other")), 40 * MIB),
+        "layout: expected directory",
+    )
+    .await;
+    let gone = lab.unique("gone");
+    refused(
+        pb::CreateVolumeRequest {
+            volume_id: format!("dirs/{gone}"),
+            ..import(&root.join(&gone), 40 * MIB)
+        },
+        "missing: directory",
+    )
+    .await;
+    let link = lab.unique("link");
+    std::os::unix::fs::symlink(&dir, root.join(&link))?;
+    refused(
+        pb::CreateVolumeRequest {
+            volume_id: format!("dirs/{link}"),
+            ..import(&root.join(&link), 40 * MIB)
+        },
+        "wrong type:",
+    )
+    .await;
+    let bad = c
+        .create_volume(import(Path::new("relative/dir"), 40 * MIB))
+        .await
+        .expect_err("a relative path");
+    assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+    // A plain create never takes an operator's directory in a project.
+    let plain = c
+        .create_volume(pb::CreateVolumeRequest {
+            import_directory: String::new(),
+            ..import(&dir, 40 * MIB)
+        })
+        .await
+        .expect_err("an operator's directory is not a new volume");
+    assert_eq!(plain.code(), Code::AlreadyExists, "{plain:?}");
+    assert!(plain.message().contains("import it instead"), "{plain:?}");
+    assert_eq!(
+        fingerprint(&xfs, &dir)?,
+        prepared,
+        "refusals changed nothing"
+    );
+
+    // Adopted: exported, the client reads the data as it was and is
+    // stopped by the project's limit.
+    let state = c.create_volume(import(&dir, 40 * MIB)).await?.into_inner();
+    assert_eq!(state.capacity_bytes, 40 * MIB);
+    let again = c.create_volume(import(&dir, 40 * MIB)).await?.into_inner();
+    assert_eq!(again.capacity_bytes, 40 * MIB, "a retry returns the volume");
+    let export = |uid: &str| pb::ExportVolumeRequest {
+        volume_id: id.clone(),
+        backend_type: DIRECTORY,
+        protocol_type: NFS,
+        fence: fence(uid, 1),
+        acl_enabled: true,
+        allowed_initiators: vec![CLIENT.into()],
+        chap: None,
+    };
+    let info = c.export_volume(export(&uid)).await?.into_inner();
+    assert_eq!(Path::new(&info.target_id), dir);
+    let mnt = lab.work.join(format!("{name}.mnt"));
+    let mount = NfsMount::mount(&info.target_id, &mnt)?;
+    let seen = run("sha256sum", &[&mnt.join("data.bin").to_string_lossy()])?;
+    assert!(
+        prepared.ends_with(seen.split(' ').next().unwrap_or("-")),
+        "the client reads the data as it was"
+    );
+    let big = mnt.join("big");
+    let err = within(Duration::from_secs(120), move || fill(&big, 40))
+        .expect_err("40 MiB more into a 40 MiB project holding 8");
+    assert_eq!(err.raw_os_error(), Some(ENOSPC), "got {err}");
+    std::fs::remove_file(dir.join("big"))?;
+    drop(mount);
+
+    // Never resized; deleted, it stays as it was and is no longer served.
+    let grow = c
+        .expand_volume(pb::ExpandVolumeRequest {
+            volume_id: id.clone(),
+            backend_type: DIRECTORY,
+            requested_bytes: 80 * MIB,
+            fence: fence(&uid, 1),
+        })
+        .await
+        .expect_err("an adopted directory is never resized");
+    assert!(
+        grow.message().contains("raise its project's hard limit"),
+        "{grow:?}"
+    );
+    c.delete_volume(pb::DeleteVolumeRequest {
+        volume_id: id.clone(),
+        backend_type: DIRECTORY,
+        fence: fence(&uid, 1),
+    })
+    .await?;
+    assert_eq!(
+        fingerprint(&xfs, &dir)?,
+        prepared,
+        "deleted, kept as it was"
+    );
+    assert!(!exported()?.contains(&info.target_id), "and not exported");
+    let plain = c
+        .create_volume(pb::CreateVolumeRequest {
+            import_directory: String::new(),
+            fence: fence(&lab.unique("uid"), 1),
+            ..import(&dir, 40 * MIB)
+        })
+        .await
+        .expect_err("the pin outlives the lifecycle");
+    assert!(
+        plain.message().contains("always kept as it is"),
+        "{plain:?}"
+    );
+
+    // A new lifecycle adopts it again. Its inode is pinned: another
+    // directory made under its name, even in the same project, is not
+    // the adopted one, and is not exported.
+    let uid2 = lab.unique("uid");
+    c.create_volume(pb::CreateVolumeRequest {
+        fence: fence(&uid2, 1),
+        ..import(&dir, 40 * MIB)
+    })
+    .await?;
+    let away = root.join(format!("{leaf}.away"));
+    std::fs::rename(&dir, &away)?;
+    std::fs::create_dir(&dir)?;
+    xfs.xfs_project(&dir, 77, 40)?;
+    let err = c
+        .export_volume(export(&uid2))
+        .await
+        .expect_err("a re-made directory is not the adopted one");
+    assert!(err.message().contains("identity: directory"), "{err:?}");
+    assert!(!exported()?.contains(&info.target_id), "nothing exported");
+    std::fs::remove_dir(&dir)?;
+    std::fs::rename(&away, &dir)?;
+    c.release_volume(pb::ReleaseVolumeRequest {
+        volume_id: id.clone(),
+        backend_type: DIRECTORY,
+        fence: fence(&uid2, 1),
+    })
+    .await?;
+    assert_eq!(
+        fingerprint(&xfs, &dir)?,
+        prepared,
+        "released, kept as it was"
+    );
+    drop(agent);
+    Ok(())
+}

@@ -13,8 +13,12 @@
 //! the volume ID, the next free one on a collision) and pinned in the
 //! volume's mark with the directory's inode, so a directory removed and
 //! made again under the same name is never taken for the volume.
-use super::{Backend, BackendKind, Capacity, CreateOptions, VolumeState};
-use crate::{error::AgentError, marks::BackendRecord, volume::VolumeId};
+//!
+//! An existing directory is adopted as it is (`import_directory`): in a
+//! project of its own whose hard limit is already the volume's capacity,
+//! pinned the same way, never chmod-ed, resized or removed.
+use super::{Backend, BackendKind, Capacity, CreateOptions, ImportSource, VolumeState};
+use crate::{adopt::refused, error::AgentError, marks::BackendRecord, volume::VolumeId};
 use std::{
     fs,
     os::unix::fs::{DirBuilderExt, MetadataExt},
@@ -70,6 +74,11 @@ fn hashed_project(id: &str) -> u32 {
         h = h.wrapping_mul(0x0100_0193);
     }
     FIRST_PROJECT + h % PROJECT_SPAN
+}
+
+/// Whether `project` is one this backend hands out.
+fn ours(project: u32) -> bool {
+    (FIRST_PROJECT..FIRST_PROJECT + PROJECT_SPAN).contains(&project)
 }
 
 /// Capacities are whole 4 KiB blocks: XFS keeps limits in filesystem
@@ -188,6 +197,89 @@ impl DirectoryBackend {
         )))
     }
 
+    /// Adopts the existing directory `raw` names for `id` after read-only
+    /// checks, each refusal a FAILED_PRECONDITION naming what to change:
+    /// layout, existence, type, the backend's own filesystem, and the exact
+    /// quota prerequisite (a project with the inherit flag whose hard limit
+    /// equals the requested capacity). Nothing is set, moved or removed.
+    fn adopt(
+        &self,
+        id: &VolumeId,
+        raw: &str,
+        bytes: u64,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        let named = api::annotations::parse_import_directory(raw)
+            .map_err(|e| AgentError::InvalidArgument(format!("volume {id}: {e}")))?;
+        let resolved = Self::path(&self.locate(id)?)?;
+        if Path::new(named.parent()) != self.root {
+            return Err(AgentError::FailedPrecondition(format!(
+                "volume {id}: requested directory {named} is not directly under the directory backend {}'s path {}",
+                self.name,
+                self.root.display()
+            )));
+        }
+        if Path::new(named.as_str()) != resolved {
+            return Err(refused(
+                id,
+                format!(
+                    "layout: expected directory {named} does not match the resolved directory {}",
+                    resolved.display()
+                ),
+            ));
+        }
+        let meta = match fs::symlink_metadata(&resolved) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(refused(
+                    id,
+                    format!("missing: directory {named} does not exist"),
+                ))
+            }
+            other => other.map_err(|e| io_error("stat", &resolved, e))?,
+        };
+        if !meta.is_dir() {
+            return Err(refused(
+                id,
+                format!("wrong type: {named} is not a directory (a symbolic link is not followed); only directories can be imported"),
+            ));
+        }
+        let root_device = fs::metadata(&self.root)
+            .map_err(|e| io_error("stat", &self.root, e))?
+            .dev();
+        if meta.dev() != root_device {
+            return Err(refused(
+                id,
+                format!("mount: {named} is another filesystem mounted on the backend's; only a directory of the backend's own XFS is bounded by its quota"),
+            ));
+        }
+        let project = quota::project(&resolved).map_err(quota_error)?;
+        if project.id == 0 {
+            return Err(refused(
+                id,
+                format!("quota: directory {named} is in no project; put it in a project of its own whose hard limit is {bytes} bytes (the requested capacity) first: import never sets a quota"),
+            ));
+        }
+        if !project.inherit {
+            return Err(refused(
+                id,
+                format!("quota: directory {named} is in project {} without the inherit flag, so what is made inside it escapes the limit; set it (xfs_quota -x -c 'project -s ...') first", project.id),
+            ));
+        }
+        let limit = quota::usage(&resolved, project.id)
+            .map_err(quota_error)?
+            .limit_bytes;
+        if limit != bytes {
+            return Err(refused(
+                id,
+                format!(
+                    "quota: project {} of directory {named} has a hard limit of {limit} bytes, requested capacity is {bytes} bytes; they must be equal: import never changes a quota",
+                    project.id
+                ),
+            ));
+        }
+        let state = self.state(&resolved, project.id)?;
+        Ok((Self::record(&resolved, meta.ino(), project.id), state))
+    }
+
     /// Removes the tree at `dir` without leaving its filesystem: an entry
     /// on another device (a mount inside) is refused before anything of
     /// that subtree is removed; symbolic links are removed, never followed.
@@ -244,7 +336,13 @@ impl Backend for DirectoryBackend {
         let bytes = round_up(bytes);
         let (inode, project) = match self.identified(at)? {
             // Made before (a retry, or a crash between the steps below).
-            Some((inode, project)) if project != 0 => (inode, project),
+            Some((inode, project)) if ours(project) => (inode, project),
+            Some((_, project)) if project != 0 => {
+                return Err(AgentError::FailedPrecondition(format!(
+                    "directory {} exists in project {project}, which this agent does not hand out; it is not a volume of this agent (adopt it with import_directory)",
+                    path.display()
+                )))
+            }
             found => {
                 let _one = self.allocating.lock().unwrap_or_else(|p| p.into_inner());
                 // A directory in no project is taken only empty (this
@@ -333,6 +431,20 @@ impl Backend for DirectoryBackend {
             .limit_bytes)
     }
 
+    fn import(
+        &self,
+        id: &VolumeId,
+        source: &ImportSource,
+        bytes: u64,
+    ) -> Result<(BackendRecord, VolumeState), AgentError> {
+        match source {
+            ImportSource::Directory { path } => self.adopt(id, path, bytes),
+            _ => Err(AgentError::InvalidArgument(format!(
+                "volume {id}: a directory backend imports directories only (import_directory)"
+            ))),
+        }
+    }
+
     fn capacity(&self) -> Result<Capacity, AgentError> {
         let st = rustix::fs::statvfs(&self.root)
             .map_err(|e| io_error("statvfs", &self.root, e.into()))?;
@@ -355,11 +467,9 @@ mod tests {
         let b = hashed_project("files/vol-b");
         assert_ne!(a, b);
         for p in [a, b, hashed_project("")] {
-            assert!(
-                (FIRST_PROJECT..FIRST_PROJECT + PROJECT_SPAN).contains(&p),
-                "{p}"
-            );
+            assert!(ours(p), "{p}");
         }
+        assert!(!ours(0) && !ours(FIRST_PROJECT - 1) && !ours(FIRST_PROJECT + PROJECT_SPAN));
         assert_eq!(a, hashed_project("files/vol-a"), "the same ID each time");
     }
 

@@ -70,6 +70,12 @@ pub enum ImportSource {
         /// `<pool>[/<parent>]/<name>`.
         dataset: String,
     },
+    /// A directory, by its absolute path as the request gave it (checked
+    /// by the backend); always preserved.
+    Directory {
+        /// `<backend path>/<name>`.
+        path: String,
+    },
     /// An LV, its identity and policy to pin.
     Lv {
         /// Names and UUIDs.

@@ -86,16 +86,25 @@ pub(crate) fn import_source(
             truncate(&r.volume_id)
         )));
     }
-    if !r.import_zfs_dataset.is_empty() {
-        if !r.import_zvol.is_empty() || r.import_lv.is_some() {
+    let filesystem = [
+        (!r.import_zfs_dataset.is_empty()).then(|| ImportSource::Dataset {
+            dataset: r.import_zfs_dataset.clone(),
+        }),
+        (!r.import_directory.is_empty()).then(|| ImportSource::Directory {
+            path: r.import_directory.clone(),
+        }),
+    ];
+    let named = filesystem.iter().flatten().count()
+        + usize::from(!r.import_zvol.is_empty())
+        + usize::from(r.import_lv.is_some());
+    if let Some(source) = filesystem.into_iter().flatten().next() {
+        if named > 1 {
             return Err(AgentError::InvalidArgument(format!(
-                "volume {}: set at most one of import_zvol, import_lv and import_zfs_dataset",
+                "volume {}: set at most one of import_zvol, import_lv, import_zfs_dataset and import_directory",
                 truncate(&r.volume_id)
             )));
         }
-        return Ok(Some(ImportSource::Dataset {
-            dataset: r.import_zfs_dataset.clone(),
-        }));
+        return Ok(Some(source));
     }
     match (&r.import_zvol, &r.import_lv) {
         (z, Some(_)) if !z.is_empty() => Err(AgentError::InvalidArgument(format!(
@@ -196,7 +205,25 @@ mod tests {
                 ..
             })
         ));
+        let directory = pb::CreateVolumeRequest {
+            import_directory: "/srv/files/legacy".into(),
+            ..request("", None, "")
+        };
+        assert_eq!(
+            import_source(&directory)?,
+            Some(ImportSource::Directory {
+                path: "/srv/files/legacy".into()
+            })
+        );
         for bad in [
+            pb::CreateVolumeRequest {
+                import_zfs_dataset: "tank/k8s/v".into(),
+                ..directory.clone()
+            },
+            pb::CreateVolumeRequest {
+                import_zvol: "tank/k8s/v".into(),
+                ..directory.clone()
+            },
             request("tank/k8s/v", Some(("data-vg", "legacy")), ""),
             request("", Some(("data-vg", "legacy")), "managed"),
             request("", Some(("data-vg", "a/b")), ""),

@@ -23,6 +23,11 @@ pub(crate) fn pinned_record(pin: &AdoptedSource) -> BackendRecord {
             dataset: dataset.clone(),
             guid: None,
         },
+        AdoptedSource::Directory { path } => BackendRecord::Directory {
+            path: path.clone(),
+            inode: None,
+            project: None,
+        },
         AdoptedSource::Lv {
             vg, lv, lv_uuid, ..
         } => BackendRecord::Lv {
@@ -69,6 +74,7 @@ fn wanted_pin(source: &ImportSource) -> AdoptedSource {
         ImportSource::Dataset { dataset } => AdoptedSource::Dataset {
             dataset: dataset.clone(),
         },
+        ImportSource::Directory { path } => AdoptedSource::Directory { path: path.clone() },
         ImportSource::Lv { identity, policy } => AdoptedSource::Lv {
             vg: identity.vg.as_str().to_owned(),
             lv: identity.lv.as_str().to_owned(),
@@ -98,11 +104,13 @@ impl Agent {
                 // The release whose reply was lost: it is done.
                 return Ok(());
             }
-            if let (Some(AdoptedSource::Dataset { .. }), Some(record)) =
-                (&txn.mark.adopted, txn.mark.backend.clone())
-            {
-                // The pinned filesystem (its GUID checked), then its exports
-                // removed; the filesystem stays as it is.
+            if let (Some(true), Some(record)) = (
+                txn.mark.adopted.as_ref().map(AdoptedSource::is_filesystem),
+                txn.mark.backend.clone(),
+            ) {
+                // The pinned filesystem or directory (its GUID, or inode
+                // and project, checked), then its exports removed; it
+                // stays as it is.
                 let b = backend.clone();
                 blocking(move || b.lookup(&record)).await?;
                 agent.unexport_all(&id, &txn.mark).await?;
@@ -227,7 +235,11 @@ impl Agent {
                     return Ok(state);
                 }
             }
-            Some(pin @ (AdoptedSource::Zvol { .. } | AdoptedSource::Dataset { .. })) => {
+            Some(
+                pin @ (AdoptedSource::Zvol { .. }
+                | AdoptedSource::Dataset { .. }
+                | AdoptedSource::Directory { .. }),
+            ) => {
                 return Err(refused(format!(
                     "already imported from {}; the import source cannot be changed",
                     describe(pin)

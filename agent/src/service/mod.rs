@@ -98,6 +98,7 @@ fn describe(pin: &AdoptedSource) -> String {
     match pin {
         AdoptedSource::Zvol { dataset } => format!("zvol {dataset}"),
         AdoptedSource::Dataset { dataset } => format!("filesystem {dataset}"),
+        AdoptedSource::Directory { path } => format!("directory {path}"),
         AdoptedSource::Lv {
             vg,
             lv,

@@ -69,9 +69,9 @@ impl Agent {
     ) -> Result<VolumeState, AgentError> {
         let started = Instant::now();
         let mut txn = self.begin(&id, token.as_ref(), Call::Other).await?;
-        if let Some(pin @ AdoptedSource::Dataset { .. }) = &txn.mark.adopted {
+        if let Some(pin) = txn.mark.adopted.as_ref().filter(|p| p.is_filesystem()) {
             return Err(AgentError::FailedPrecondition(format!(
-                "cannot expand volume {id}: it is the adopted {}, which is never resized; raise its refquota yourself and import it again, or copy the data into a larger volume",
+                "volume {id} is the adopted {}, always kept as it is; a CreateVolume without that import cannot use it",
                 describe(pin)
             )));
         }
@@ -372,6 +372,16 @@ impl Agent {
         token: Option<Token>,
     ) -> Result<u64, AgentError> {
         let txn = self.begin(&id, token.as_ref(), Call::Other).await?;
+        if let Some(pin) = txn.mark.adopted.as_ref().filter(|p| p.is_filesystem()) {
+            let quota = match pin {
+                AdoptedSource::Directory { .. } => "its project's hard limit",
+                _ => "its refquota",
+            };
+            return Err(AgentError::FailedPrecondition(format!(
+                "cannot expand volume {id}: it is the adopted {}, which is never resized; raise {quota} yourself and import it again, or copy the data into a larger volume",
+                describe(pin)
+            )));
+        }
         if let Some(pin) = txn.mark.adopted.as_ref().filter(|p| p.preserves()) {
             return Err(AgentError::FailedPrecondition(format!(
                 "cannot expand volume {id}: it is the adopted logical volume {} kept PreserveOriginal, which is never resized; copy the data into a larger volume instead",

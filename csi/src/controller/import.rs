@@ -1,9 +1,10 @@
 //! Imports through PVC annotations: `pillar-csi.bhyoo.com/import-zvol`
 //! (spec/import-zvol.md), `pillar-csi.bhyoo.com/import-lv` with
 //! `import-lv-policy` (spec/adopt-lvm-lv.md), and
-//! `pillar-csi.bhyoo.com/import-zfs-dataset` (a ZFS filesystem, under the
-//! files identity: always kept as it is, README "Existing filesystem
-//! adoption").
+//! `pillar-csi.bhyoo.com/import-zfs-dataset` and
+//! `pillar-csi.bhyoo.com/import-directory` (a ZFS filesystem or a directory,
+//! under the files identity: always kept as it is, README "Existing
+//! filesystem adoption").
 //!
 //! Everything here runs before anything is written: the annotation's value,
 //! its fit to the class's PillarStore, and its fit to a record that already
@@ -14,9 +15,10 @@
 //! [`Error::for_claim`]: super::error::Error::for_claim
 use super::error::{Error, Result};
 use api::annotations::{
-    parse_import_lv, parse_import_lv_policy, parse_import_zfs_dataset, parse_import_zvol,
-    LvIdentity, LvPolicy, IMPORT_DIRECTORY_ANNOTATION, IMPORT_LV_ANNOTATION,
-    IMPORT_LV_POLICY_ANNOTATION, IMPORT_ZFS_DATASET_ANNOTATION, IMPORT_ZVOL_ANNOTATION,
+    parse_import_directory, parse_import_lv, parse_import_lv_policy, parse_import_zfs_dataset,
+    parse_import_zvol, DirectoryPath, LvIdentity, LvPolicy, IMPORT_DIRECTORY_ANNOTATION,
+    IMPORT_LV_ANNOTATION, IMPORT_LV_POLICY_ANNOTATION, IMPORT_ZFS_DATASET_ANNOTATION,
+    IMPORT_ZVOL_ANNOTATION,
 };
 use api::crd::{LvmSource, PillarVolumeState, StoreBackend, VolumePhase, ZfsBackend};
 use api::handle::AgentVolumeId;
@@ -33,6 +35,9 @@ pub enum Source {
     /// An existing ZFS filesystem, by its full dataset name: always kept
     /// as it is (never resized, chmod-ed or destroyed).
     Filesystem(DatasetName),
+    /// An existing directory on a storage node, by its absolute path:
+    /// always kept as it is.
+    Directory(DirectoryPath),
     /// An existing LV, pinned by names and UUIDs, with its policy.
     Lv {
         /// Names and UUIDs.
@@ -65,27 +70,32 @@ pub fn requested(
     let zvol = annotations.get(IMPORT_ZVOL_ANNOTATION);
     let lv = annotations.get(IMPORT_LV_ANNOTATION);
     let policy = annotations.get(IMPORT_LV_POLICY_ANNOTATION);
-    if annotations.contains_key(IMPORT_DIRECTORY_ANNOTATION) {
-        // Refused, never ignored: ignoring it would give the claim a new,
-        // empty volume where it asked for its data.
-        return Err(invalid(format!(
-            "{IMPORT_DIRECTORY_ANNOTATION} is not served by this version: directory volumes (with project quotas) are not built yet; adopt a ZFS filesystem with {IMPORT_ZFS_DATASET_ANNOTATION} instead"
-        )));
-    }
-    if let Some(value) = annotations.get(IMPORT_ZFS_DATASET_ANNOTATION) {
+    let dataset = annotations.get(IMPORT_ZFS_DATASET_ANNOTATION);
+    let directory = annotations.get(IMPORT_DIRECTORY_ANNOTATION);
+    for (value, a) in [
+        (dataset, IMPORT_ZFS_DATASET_ANNOTATION),
+        (directory, IMPORT_DIRECTORY_ANNOTATION),
+    ] {
+        let Some(value) = value else { continue };
         if let Some(other) = [
+            (dataset, IMPORT_ZFS_DATASET_ANNOTATION),
+            (directory, IMPORT_DIRECTORY_ANNOTATION),
             (zvol, IMPORT_ZVOL_ANNOTATION),
             (lv, IMPORT_LV_ANNOTATION),
             (policy, IMPORT_LV_POLICY_ANNOTATION),
         ]
         .iter()
-        .find_map(|(v, a)| v.map(|_| *a))
+        .find_map(|(v, other)| v.filter(|_| *other != a).map(|_| *other))
         {
             return Err(invalid(format!(
-                "{IMPORT_ZFS_DATASET_ANNOTATION} and {other} cannot be combined on one claim"
+                "{a} and {other} cannot be combined on one claim"
             )));
         }
-        return filesystem_in(value, backend).map(Some);
+        return match a {
+            IMPORT_DIRECTORY_ANNOTATION => directory_in(value, backend),
+            _ => filesystem_in(value, backend),
+        }
+        .map(Some);
     }
     match (zvol, lv) {
         (Some(_), Some(_)) => Err(invalid(format!(
@@ -156,6 +166,26 @@ fn filesystem_in(value: &str, backend: &StoreBackend) -> Result<Import> {
     })
 }
 
+fn directory_in(value: &str, backend: &StoreBackend) -> Result<Import> {
+    let a = IMPORT_DIRECTORY_ANNOTATION;
+    let path = parse_import_directory(value).map_err(|e| invalid(e.0))?;
+    let Some(directory) = &backend.directory else {
+        return Err(invalid(format!(
+            "{a} requires a directory PillarStore backend, got backend {:?}",
+            backend_token(backend)
+        )));
+    };
+    // The backend's path is the agent's to know (its configuration): the
+    // agent checks that the directory is directly under it.
+    let id = format!("{}/{}", directory.name, path.name());
+    let agent_volume_id = AgentVolumeId::parse(Backend::Directory, &id)
+        .map_err(|e| invalid(format!("{a} directory {value:?}: {e}")))?;
+    Ok(Import {
+        source: Source::Directory(path),
+        agent_volume_id,
+    })
+}
+
 /// The agent volume ID of `dataset` (named by annotation `a` as `value`),
 /// which must be a child of the store's parent dataset.
 fn below_parent(
@@ -218,6 +248,7 @@ impl Import {
         match self.source {
             Source::Zvol(_) => IMPORT_ZVOL_ANNOTATION,
             Source::Filesystem(_) => IMPORT_ZFS_DATASET_ANNOTATION,
+            Source::Directory(_) => IMPORT_DIRECTORY_ANNOTATION,
             Source::Lv { .. } => IMPORT_LV_ANNOTATION,
         }
     }
@@ -227,6 +258,7 @@ impl Import {
         match &self.source {
             Source::Zvol(d) => format!("zvol {:?}", d.as_str()),
             Source::Filesystem(d) => format!("filesystem {:?}", d.as_str()),
+            Source::Directory(d) => format!("directory {:?}", d.as_str()),
             Source::Lv { identity, .. } => {
                 format!(
                     "logical volume {:?}",
@@ -240,6 +272,7 @@ impl Import {
     pub fn imported_from(&self) -> Option<String> {
         match &self.source {
             Source::Zvol(d) | Source::Filesystem(d) => Some(d.as_str().to_owned()),
+            Source::Directory(d) => Some(d.as_str().to_owned()),
             Source::Lv { .. } => None,
         }
     }
@@ -247,7 +280,7 @@ impl Import {
     /// The record's `spec.lvmSource`.
     pub fn lvm_source(&self) -> Option<LvmSource> {
         match &self.source {
-            Source::Zvol(_) | Source::Filesystem(_) => None,
+            Source::Zvol(_) | Source::Filesystem(_) | Source::Directory(_) => None,
             Source::Lv { identity, policy } => Some(LvmSource {
                 volume_group: identity.vg.as_str().to_owned(),
                 logical_volume: identity.lv.as_str().to_owned(),
@@ -267,6 +300,7 @@ impl Import {
         match &self.source {
             Source::Zvol(d) => request.import_zvol = d.as_str().to_owned(),
             Source::Filesystem(d) => request.import_zfs_dataset = d.as_str().to_owned(),
+            Source::Directory(d) => request.import_directory = d.as_str().to_owned(),
             Source::Lv { identity, policy } => {
                 request.import_lv = Some(agent::LvmIdentity {
                     volume_group: identity.vg.as_str().to_owned(),
@@ -297,6 +331,7 @@ pub fn key_from_secrets(
     let noun = match import.source {
         Source::Zvol(_) => None,
         Source::Filesystem(_) => Some("a filesystem"),
+        Source::Directory(_) => Some("a directory"),
         Source::Lv { .. } => Some("a logical volume"),
     };
     if let Some(noun) = noun {
@@ -323,6 +358,7 @@ fn recorded_source(state: &PillarVolumeState) -> Option<String> {
     if let Some(d) = &state.spec.imported_from {
         return Some(match state.spec.backend_type {
             Backend::ZfsDataset => format!("filesystem {d:?}"),
+            Backend::Directory => format!("directory {d:?}"),
             _ => format!("zvol {d:?}"),
         });
     }
@@ -352,6 +388,7 @@ pub fn check_record(name: &str, state: &PillarVolumeState, import: Option<&Impor
             let noun = match i.source {
                 Source::Zvol(_) => "a zvol",
                 Source::Filesystem(_) => "a filesystem",
+                Source::Directory(_) => "a directory",
                 Source::Lv { .. } => "a logical volume",
             };
             Err(Error::FailedPrecondition(format!(
@@ -370,6 +407,9 @@ pub fn check_record(name: &str, state: &PillarVolumeState, import: Option<&Impor
                 (Some(i), _) => i.annotation(),
                 (None, Some(_)) if state.spec.backend_type == Backend::ZfsDataset => {
                     IMPORT_ZFS_DATASET_ANNOTATION
+                }
+                (None, Some(_)) if state.spec.backend_type == Backend::Directory => {
+                    IMPORT_DIRECTORY_ANNOTATION
                 }
                 (None, Some(_)) => IMPORT_ZVOL_ANNOTATION,
                 (None, None) => IMPORT_LV_ANNOTATION,
@@ -432,12 +472,12 @@ pub fn seen_bound(state: &PillarVolumeState) -> bool {
 
 /// Whether the volume is kept as it is: an LV adopted PreserveOriginal
 /// (`spec.lvmSource`) or recovered so (`spec.recovery.source`), or an
-/// adopted filesystem (always).
+/// adopted filesystem or directory (always).
 pub fn preserves_original(state: &PillarVolumeState) -> bool {
     let adopted = state.spec.lvm_source.as_ref();
     let recovered = state.spec.recovery.as_ref().map(|r| &r.source);
     adopted.or(recovered).is_some_and(|s| s.preserve_original)
-        || (state.spec.backend_type == Backend::ZfsDataset && state.spec.imported_from.is_some())
+        || (state.spec.backend_type.is_filesystem() && state.spec.imported_from.is_some())
 }
 
 /// Whether DeleteVolume only releases the volume (ReleaseVolume: the agent

@@ -106,14 +106,63 @@ fn a_filesystem_under_a_dataset_store_is_adopted_and_always_kept() {
         ),
         format!("{F} and {Z} cannot be combined on one claim")
     );
-    let e = refusal(
-        &[("pillar-csi.bhyoo.com/import-directory", "/srv/share/media")],
-        &datasets(Some("share")),
-    );
-    assert!(e.contains("is not served by this version"), "{e}");
     let secrets = [("key".to_owned(), "00".repeat(32))].into_iter().collect();
     let e = key_from_secrets(&secrets, &i).unwrap_err().to_string();
     assert!(e.contains("imports a filesystem, which has none"), "{e}");
+}
+
+const D: &str = IMPORT_DIRECTORY_ANNOTATION;
+
+fn directories() -> StoreBackend {
+    StoreBackend {
+        directory: Some(api::crd::DirectoryBackend {
+            name: "files".into(),
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_directory_under_a_directory_store_is_adopted_by_its_name_and_always_kept() {
+    let i = ask(&[(D, "/srv/files/media")], &directories())
+        .unwrap()
+        .unwrap();
+    assert_eq!(i.agent_volume_id.to_string(), "files/media");
+    assert_eq!(i.agent_volume_id.backend(), Backend::Directory);
+    assert_eq!(i.what(), "directory \"/srv/files/media\"");
+    assert_eq!(i.imported_from().as_deref(), Some("/srv/files/media"));
+    let mut r = agent::CreateVolumeRequest::default();
+    i.apply(&mut r);
+    assert_eq!(
+        (r.import_directory.as_str(), r.import_zfs_dataset.as_str()),
+        ("/srv/files/media", "")
+    );
+    assert_eq!(
+        refusal(&[(D, "/srv/files/media")], &datasets(Some("share"))),
+        format!("{D} requires a directory PillarStore backend, got backend \"zfs-dataset\"")
+    );
+    assert_eq!(
+        refusal(&[(D, "srv/files/media")], &directories()),
+        format!("{D} must name a directory as an absolute path \"/<folder>/<name>\", got \"srv/files/media\"")
+    );
+    for other in [Z, L] {
+        assert_eq!(
+            refusal(&[(D, "/srv/files/media"), (other, "x")], &directories()),
+            format!("{D} and {other} cannot be combined on one claim")
+        );
+    }
+    assert_eq!(
+        refusal(&[(D, "/srv/files/media"), (F, "x")], &directories()),
+        format!("{F} and {D} cannot be combined on one claim")
+    );
+    let e = refusal(&[(D, "/srv/files/bad name")], &directories());
+    assert!(
+        e.starts_with(&format!("{D} directory \"/srv/files/bad name\": ")),
+        "{e}"
+    );
+    let secrets = [("key".to_owned(), "00".repeat(32))].into_iter().collect();
+    let e = key_from_secrets(&secrets, &i).unwrap_err().to_string();
+    assert!(e.contains("imports a directory, which has none"), "{e}");
 }
 
 #[test]
