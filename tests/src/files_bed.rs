@@ -162,20 +162,31 @@ pub async fn apply_objects(
             "files",
             &format!("{prefix}-datasets"),
             &protocol,
+            Some(ReclaimPolicy::Retain),
         )
         .await?,
-        apply_class(admin, prefix, "dirs", &format!("{prefix}-dirs"), &protocol).await?,
+        apply_class(
+            admin,
+            prefix,
+            "dirs",
+            &format!("{prefix}-dirs"),
+            &protocol,
+            None,
+        )
+        .await?,
     ))
 }
 
 /// Applies the PillarStorageClass `<prefix>-<what>` of `store` over
-/// `protocol`, generating the StorageClass `pillar-<prefix>-<what>`.
+/// `protocol`, generating the StorageClass `pillar-<prefix>-<what>` with
+/// `reclaim_policy` (`Delete` when `None`).
 async fn apply_class(
     admin: &kube::Client,
     prefix: &str,
     what: &str,
     store: &str,
     protocol: &str,
+    reclaim_policy: Option<ReclaimPolicy>,
 ) -> Result<Class> {
     let params = PatchParams::apply("pillar-csi-lab").force();
     let class = Class {
@@ -188,7 +199,7 @@ async fn apply_class(
         protocol_ref: protocol.to_owned(),
         storage_class: StorageClassTemplate {
             name: class.storage_class.clone(),
-            reclaim_policy: None,
+            reclaim_policy,
             volume_binding_mode: None,
             allow_volume_expansion: None,
         },
@@ -205,6 +216,42 @@ async fn apply_class(
         )
         .await?;
     Ok(class)
+}
+
+/// `cap` for many nodes writing (ReadWriteMany).
+pub fn rwx(mut cap: crate::csi::csi_pb::VolumeCapability) -> crate::csi::csi_pb::VolumeCapability {
+    use crate::csi::csi_pb::volume_capability::{access_mode::Mode, AccessMode};
+    cap.access_mode = Some(AccessMode {
+        mode: Mode::MultiNodeMultiWriter as i32,
+    });
+    cap
+}
+
+/// Creates the 32 MiB ReadWriteMany claim `name` of StorageClass `class`
+/// with `annotations` in namespace `default`, as a user would (through
+/// `admin`); returns its PV's name (`pvc-<UID>`).
+pub async fn claim(
+    admin: &kube::Client,
+    name: &str,
+    class: &str,
+    annotations: &[(&str, &str)],
+) -> Result<String> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let annotations: std::collections::BTreeMap<&str, &str> = annotations.iter().copied().collect();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": crate::claim_life::NAMESPACE,
+            "annotations": annotations},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "storageClassName": class,
+            "resources": {"requests": {"storage": (32u64 << 20).to_string()}},
+        },
+    }))?;
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), crate::claim_life::NAMESPACE)
+        .create(&kube::api::PostParams::default(), &pvc)
+        .await?;
+    Ok(format!("pvc-{}", pvc.metadata.uid.ok_or("no UID")?))
 }
 
 impl FilesSide {

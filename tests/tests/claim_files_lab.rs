@@ -7,14 +7,12 @@
 //! system calls. Then csi-sanity against the files identity's sockets.
 //!
 //! Run with `make lab FILTER=claim_files`.
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{Api, PostParams};
-use pb::volume_capability::{access_mode::Mode, AccessMode};
 use pillar_csi_lab::{
     claim_bed::ClaimBed,
     claim_life::NAMESPACE,
     claim_requests::{create_volume, passed_parameters, publish_volume, stage_volume, ClaimRef},
     csi::csi_pb as pb,
+    files_bed::{claim, rwx},
     nfs::{exported, fill, within, zget},
     project_fs::project_of,
     sanity, Result,
@@ -23,14 +21,6 @@ use std::{path::Path, time::Duration};
 use tonic::Code;
 
 const MIB: u64 = 1 << 20;
-
-/// `cap` for many nodes writing (ReadWriteMany).
-fn rwx(mut cap: pb::VolumeCapability) -> pb::VolumeCapability {
-    cap.access_mode = Some(AccessMode {
-        mode: Mode::MultiNodeMultiWriter as i32,
-    });
-    cap
-}
 
 /// The mount table's line for `path`, if something is mounted there.
 fn mounted(path: &Path) -> Result<Option<String>> {
@@ -53,7 +43,7 @@ async fn claim_files_rwx_volume_written_by_two_pods_quota_expansion_and_fence() 
     let mut controller = files.controller_client().await?;
     let mut node = files.node_client().await?;
     let name = bed.lab.unique("shared");
-    let pv = claim(&bed, &name, &files.class.storage_class, &[]).await?;
+    let pv = claim(&bed.admin, &name, &files.class.storage_class, &[]).await?;
     let claim = ClaimRef {
         namespace: NAMESPACE,
         name: &name,
@@ -305,7 +295,7 @@ async fn claim_files_directory_volume_bounded_by_its_project_quota() -> Result<(
     let mut controller = files.controller_client().await?;
     let mut node = files.node_client().await?;
     let name = bed.lab.unique("dirclaim");
-    let pv = claim(&bed, &name, &files.directory_class.storage_class, &[]).await?;
+    let pv = claim(&bed.admin, &name, &files.directory_class.storage_class, &[]).await?;
     let claim = ClaimRef {
         namespace: NAMESPACE,
         name: &name,
@@ -425,30 +415,6 @@ async fn claim_files_directory_volume_bounded_by_its_project_quota() -> Result<(
     Ok(())
 }
 
-/// Creates the ReadWriteMany claim `name` of StorageClass `class` with
-/// `annotations`, as a user would; returns its PV's name (`pvc-<UID>`).
-async fn claim(
-    bed: &ClaimBed,
-    name: &str,
-    class: &str,
-    annotations: &[(&str, &str)],
-) -> Result<String> {
-    let annotations: std::collections::BTreeMap<&str, &str> = annotations.iter().copied().collect();
-    let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": NAMESPACE, "annotations": annotations},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "storageClassName": class,
-            "resources": {"requests": {"storage": (32 * MIB).to_string()}},
-        },
-    }))?;
-    let pvc = Api::<PersistentVolumeClaim>::namespaced(bed.admin.clone(), NAMESPACE)
-        .create(&PostParams::default(), &pvc)
-        .await?;
-    Ok(format!("pvc-{}", pvc.metadata.uid.ok_or("no UID")?))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the kernel lab"]
 async fn claim_files_csi_sanity_against_the_files_identity() -> Result<()> {
@@ -531,7 +497,7 @@ async fn claim_files_adopts_a_filesystem_with_data_and_keeps_it_on_delete() -> R
     // A claim asking another size is refused by the agent, which names
     // both numbers; nothing is resized.
     let name = bed.lab.unique("media");
-    let pv = claim(&bed, &name, &files.class.storage_class, &import).await?;
+    let pv = claim(&bed.admin, &name, &files.class.storage_class, &import).await?;
     let create = create_volume(
         &params,
         ClaimRef {
@@ -639,7 +605,13 @@ async fn claim_files_adopts_a_filesystem_with_data_and_keeps_it_on_delete() -> R
     let import = [("pillar-csi.bhyoo.com/import-directory", value.as_str())];
     let dsc = bed.storage_class(&files.directory_class).await?;
     let dname = bed.lab.unique("olddirclaim");
-    let dpv = claim(&bed, &dname, &files.directory_class.storage_class, &import).await?;
+    let dpv = claim(
+        &bed.admin,
+        &dname,
+        &files.directory_class.storage_class,
+        &import,
+    )
+    .await?;
     let dclaim = ClaimRef {
         namespace: NAMESPACE,
         name: &dname,

@@ -197,7 +197,11 @@ async fn nfs_import_lab_adopted_filesystem_refusals_and_preservation() -> Result
         })
         .await
         .expect_err("an adopted filesystem is never resized");
-    assert!(grow.message().contains("never resized"), "{grow:?}");
+    assert!(
+        grow.message()
+            .contains("never resized; raise its refquota yourself"),
+        "{grow:?}"
+    );
     c.delete_volume(pb::DeleteVolumeRequest {
         volume_id: id.clone(),
         backend_type: DATASET,
