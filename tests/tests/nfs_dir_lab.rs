@@ -18,6 +18,8 @@ const DIRECTORY: i32 = pb::BackendType::Directory as i32;
 const NFS: i32 = pb::ProtocolType::Nfs as i32;
 /// `ENOSPC` of `asm-generic/errno-base.h`.
 const ENOSPC: i32 = 28;
+/// `EXDEV` of `asm-generic/errno-base.h`.
+const EXDEV: i32 = 18;
 
 fn fence(uid: &str, generation: u64) -> Option<pb::FenceToken> {
     Some(pb::FenceToken {
@@ -282,6 +284,14 @@ async fn nfs_dir_lab_adopted_directory_refusals_and_preservation() -> Result<()>
         prepared,
         "the operator's xfs_quota changed the project and its limit only"
     );
+    // XFS keeps the tree in its project, as the README says: a rename into
+    // it from another project (the filesystem's root, project 0) is
+    // refused with EXDEV, so `mv` copies and the copy is counted.
+    let outside = xfs.at.join(format!("{leaf}.outside"));
+    std::fs::write(&outside, b"elsewhere")?;
+    let moved = std::fs::rename(&outside, dir.join("moved")).expect_err("a rename across projects");
+    assert_eq!(moved.raw_os_error(), Some(EXDEV), "EXDEV, got {moved}");
+    std::fs::remove_file(&outside)?;
     refused(
         import(&dir, 32 * MIB),
         "has a hard limit of 41943040 bytes, requested capacity is 33554432 bytes; they must be equal",
