@@ -7,7 +7,13 @@
 //! PillarProtocol and a PillarStorageClass of each store, whose
 //! StorageClasses the files identity provisions. The node mounts NFSv3 by default in the lab (see
 //! tests/lab/guest: NFSv4 walks from a root this guest cannot export).
-use crate::{claim_bed::Class, csi::dial, nfs::FsParent, project_fs::ProjectFs, Result};
+use crate::{
+    claim_bed::Class,
+    csi::{csi_pb, dial},
+    nfs::FsParent,
+    project_fs::ProjectFs,
+    Result,
+};
 use api::crd::*;
 use kube::api::{Api, Patch, PatchParams};
 use pillar_csi_proto::csi::v1::{controller_client::ControllerClient, node_client::NodeClient};
@@ -219,8 +225,8 @@ async fn apply_class(
 }
 
 /// `cap` for many nodes writing (ReadWriteMany).
-pub fn rwx(mut cap: crate::csi::csi_pb::VolumeCapability) -> crate::csi::csi_pb::VolumeCapability {
-    use crate::csi::csi_pb::volume_capability::{access_mode::Mode, AccessMode};
+pub fn rwx(mut cap: csi_pb::VolumeCapability) -> csi_pb::VolumeCapability {
+    use csi_pb::volume_capability::{access_mode::Mode, AccessMode};
     cap.access_mode = Some(AccessMode {
         mode: Mode::MultiNodeMultiWriter as i32,
     });
@@ -263,5 +269,54 @@ impl FilesSide {
     /// A Node service client on the files socket.
     pub async fn node_client(&self) -> Result<NodeClient<Channel>> {
         Ok(NodeClient::new(dial(&self.node_socket).await?))
+    }
+
+    /// Publishes `volume` to the bed's node for many writers and stages it
+    /// at `staging`, as the attacher and kubelet do; the publish context.
+    pub async fn publish_and_stage(
+        &self,
+        volume: &csi_pb::Volume,
+        staging: &std::path::Path,
+    ) -> Result<std::collections::HashMap<String, String>> {
+        use crate::claim_requests::{capability, publish_volume, stage_volume};
+        let cap = rwx(capability(""));
+        let mut publish = publish_volume(volume, &self.node_id, "");
+        publish.volume_capability = Some(cap.clone());
+        let context = self
+            .controller_client()
+            .await?
+            .controller_publish_volume(publish)
+            .await?
+            .into_inner()
+            .publish_context;
+        let mut stage = stage_volume(volume, &context, staging, "");
+        stage.volume_capability = Some(cap);
+        self.node_client().await?.node_stage_volume(stage).await?;
+        Ok(context)
+    }
+
+    /// Unstages volume `volume_id` from `staging` and unpublishes it from
+    /// the bed's node, as kubelet and the attacher do.
+    pub async fn unstage_and_unpublish(
+        &self,
+        volume_id: &str,
+        staging: &std::path::Path,
+    ) -> Result<()> {
+        self.node_client()
+            .await?
+            .node_unstage_volume(csi_pb::NodeUnstageVolumeRequest {
+                volume_id: volume_id.to_owned(),
+                staging_target_path: staging.display().to_string(),
+            })
+            .await?;
+        self.controller_client()
+            .await?
+            .controller_unpublish_volume(csi_pb::ControllerUnpublishVolumeRequest {
+                volume_id: volume_id.to_owned(),
+                node_id: self.node_id.clone(),
+                ..Default::default()
+            })
+            .await?;
+        Ok(())
     }
 }

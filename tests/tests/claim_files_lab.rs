@@ -324,21 +324,12 @@ async fn claim_files_directory_volume_bounded_by_its_project_quota() -> Result<(
 
     // Published, staged and published to a pod: it writes until the limit.
     let cap = rwx(pillar_csi_lab::claim_requests::capability(""));
-    let mut publish = publish_volume(&volume, &files.node_id, "");
-    publish.volume_capability = Some(cap.clone());
-    let context = controller
-        .controller_publish_volume(publish)
-        .await?
-        .into_inner()
-        .publish_context;
+    let staging = bed.path("dirs-staging");
+    let context = files.publish_and_stage(&volume, &staging).await?;
     assert_eq!(
         context.get("target").map(String::as_str),
         Some(path.to_string_lossy().as_ref())
     );
-    let staging = bed.path("dirs-staging");
-    let mut stage = stage_volume(&volume, &context, &staging, "");
-    stage.volume_capability = Some(cap.clone());
-    node.node_stage_volume(stage).await?;
     let target = bed.path("dirs-pod");
     node.node_publish_volume(pb::NodePublishVolumeRequest {
         volume_id: volume.volume_id.clone(),
@@ -389,17 +380,8 @@ async fn claim_files_directory_volume_bounded_by_its_project_quota() -> Result<(
         target_path: target.display().to_string(),
     })
     .await?;
-    node.node_unstage_volume(pb::NodeUnstageVolumeRequest {
-        volume_id: volume.volume_id.clone(),
-        staging_target_path: staging.display().to_string(),
-    })
-    .await?;
-    controller
-        .controller_unpublish_volume(pb::ControllerUnpublishVolumeRequest {
-            volume_id: volume.volume_id.clone(),
-            node_id: files.node_id.clone(),
-            ..Default::default()
-        })
+    files
+        .unstage_and_unpublish(&volume.volume_id, &staging)
         .await?;
     let shown = path.to_string_lossy().into_owned();
     assert!(!exported()?.lines().any(|l| l.starts_with(&shown)));
@@ -474,7 +456,6 @@ async fn claim_files_adopts_a_filesystem_with_data_and_keeps_it_on_delete() -> R
     let sc = bed.storage_class(&files.class).await?;
     let params = sc.parameters.clone().unwrap_or_default();
     let mut controller = files.controller_client().await?;
-    let mut node = files.node_client().await?;
     // A filesystem someone made and filled, under the store's parent.
     let legacy = format!("{}/{}", files.parent.dataset, bed.lab.unique("media"));
     pillar_csi_lab::run(
@@ -530,41 +511,22 @@ async fn claim_files_adopts_a_filesystem_with_data_and_keeps_it_on_delete() -> R
         .volume
         .ok_or("no volume")?;
     assert_eq!(volume.capacity_bytes, (64 * MIB) as i64);
-    let cap = rwx(pillar_csi_lab::claim_requests::capability(""));
-    let mut publish = publish_volume(&volume, &files.node_id, "");
-    publish.volume_capability = Some(cap.clone());
-    let context = controller
-        .controller_publish_volume(publish)
-        .await?
-        .into_inner()
-        .publish_context;
-    assert_eq!(context.get("target"), Some(&at));
     let staging = bed.path("adopt-staging");
-    let mut stage = stage_volume(&volume, &context, &staging, "");
-    stage.volume_capability = Some(cap.clone());
-    node.node_stage_volume(stage).await?;
+    let context = files.publish_and_stage(&volume, &staging).await?;
+    assert_eq!(context.get("target"), Some(&at));
     assert_eq!(
         std::fs::read_to_string(staging.join("kept.txt"))?,
         "from before pillar-csi"
     );
-    node.node_unstage_volume(pb::NodeUnstageVolumeRequest {
-        volume_id: volume.volume_id.clone(),
-        staging_target_path: staging.display().to_string(),
-    })
-    .await?;
-    controller
-        .controller_unpublish_volume(pb::ControllerUnpublishVolumeRequest {
-            volume_id: volume.volume_id.clone(),
-            node_id: files.node_id.clone(),
-            ..Default::default()
-        })
+    files
+        .unstage_and_unpublish(&volume.volume_id, &staging)
         .await?;
     // Its expansion is refused: an adopted filesystem is never resized.
     let grow = controller
         .controller_expand_volume(pb::ControllerExpandVolumeRequest {
             volume_id: volume.volume_id.clone(),
             capacity_range: pillar_csi_lab::claim_requests::range(128 * MIB),
-            volume_capability: Some(cap),
+            volume_capability: Some(rwx(pillar_csi_lab::claim_requests::capability(""))),
             ..Default::default()
         })
         .await

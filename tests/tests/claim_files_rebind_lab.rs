@@ -13,9 +13,8 @@ use kube::api::{Api, DeleteParams};
 use pillar_csi_lab::{
     claim_bed::ClaimBed,
     claim_life::NAMESPACE,
-    claim_requests::{capability, publish_volume, stage_volume},
     csi::csi_pb as pb,
-    files_bed::{claim, rwx},
+    files_bed::claim,
     guides::{check_output, Guide},
     k8s::{ControllerManager, Sidecars},
     nfs::zget,
@@ -151,32 +150,11 @@ async fn claim_files_rebind_a_retained_volume_as_the_readme_says() -> Result<()>
             .collect(),
         ..Default::default()
     };
-    let cap = rwx(capability(""));
-    let mut controller = files.controller_client().await?;
-    let mut node = files.node_client().await?;
-    let mut publish = publish_volume(&volume, &files.node_id, "");
-    publish.volume_capability = Some(cap.clone());
-    let context = controller
-        .controller_publish_volume(publish)
-        .await?
-        .into_inner()
-        .publish_context;
     let staging = bed.path("rebind-staging");
-    let mut stage = stage_volume(&volume, &context, &staging, "");
-    stage.volume_capability = Some(cap);
-    node.node_stage_volume(stage).await?;
+    files.publish_and_stage(&volume, &staging).await?;
     let read = std::fs::read_to_string(staging.join("kept.txt"));
-    node.node_unstage_volume(pb::NodeUnstageVolumeRequest {
-        volume_id: volume.volume_id.clone(),
-        staging_target_path: staging.display().to_string(),
-    })
-    .await?;
-    controller
-        .controller_unpublish_volume(pb::ControllerUnpublishVolumeRequest {
-            volume_id: volume.volume_id.clone(),
-            node_id: files.node_id.clone(),
-            ..Default::default()
-        })
+    files
+        .unstage_and_unpublish(&volume.volume_id, &staging)
         .await?;
     assert_eq!(read?, "written through media");
     Ok(())
