@@ -324,6 +324,31 @@ async fn nfs_dir_lab_adopted_directory_refusals_and_preservation() -> Result<()>
         "wrong type:",
     )
     .await;
+    // Another filesystem mounted on a directory under the backend's path
+    // is not bounded by the backend's quota.
+    let mounted = lab.unique("mounted");
+    let other_fs = root.join(&mounted);
+    std::fs::create_dir(&other_fs)?;
+    run(
+        "mount",
+        &[
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=8m",
+            "tmpfs",
+            &other_fs.to_string_lossy(),
+        ],
+    )?;
+    refused(
+        pb::CreateVolumeRequest {
+            volume_id: format!("dirs/{mounted}"),
+            ..import(&other_fs, 40 * MIB)
+        },
+        "mount: ",
+    )
+    .await;
+    run("umount", &[&other_fs.to_string_lossy()])?;
     let bad = c
         .create_volume(import(Path::new("relative/dir"), 40 * MIB))
         .await
