@@ -24,6 +24,11 @@ pub struct NodeArgs {
     /// (`vers=` in the StorageClass's mountOptions wins): 3, 4, 4.0, 4.1, 4.2.
     #[arg(long, default_value = csi::node::nfs::DEFAULT_VERSION)]
     pub(crate) nfs_version: String,
+    /// A folder under which node-local volumes' directories may be
+    /// bind-mounted: the path of a directory backend of the agent on this
+    /// node (repeatable; none: node-local volumes are refused).
+    #[arg(long = "local-root")]
+    pub(crate) local_roots: Vec<PathBuf>,
     /// Folder of per-volume staging records.
     #[arg(long, default_value = "/var/lib/pillar-csi/node")]
     pub(crate) state_dir: PathBuf,
@@ -55,6 +60,7 @@ pub fn run(args: NodeArgs) -> Result<(), String> {
         address: args.node_address,
         version: args.nfs_version,
     };
+    config.local_roots = args.local_roots;
     config.nvme_reconnect = csi::node::nvme::ReconnectPolicy {
         ctrl_loss_tmo: args.nvme_ctrl_loss_tmo,
         reconnect_delay: args.nvme_reconnect_delay,

@@ -2,9 +2,11 @@
 //! from the marks, resync periodically, and serve gRPC (mTLS or, in a lab,
 //! plaintext) until SIGTERM or SIGINT.
 use crate::{
-    backend::{Backend, DatasetBackend, DirectoryBackend, LvmBackend, ZfsBackend},
+    backend::{Backend, BackendKind, DatasetBackend, DirectoryBackend, LvmBackend, ZfsBackend},
     config::{AgentConfig, BackendConfig},
-    export::{host_name, Exporter, LioExporter, NfsExporter, NvmetExporter, TargetNames},
+    export::{
+        host_name, Exporter, LioExporter, LocalExporter, NfsExporter, NvmetExporter, TargetNames,
+    },
     grpc::AgentGrpc,
     imported_keys::ImportedKeys,
     marks::MarkStore,
@@ -208,6 +210,10 @@ pub fn build(config: &AgentConfig, backends: Vec<Arc<dyn Backend>>) -> Result<Ag
             warn!(error = %e, "NFS exports will fail until the kernel NFS server runs");
         }
         exporters.push(Arc::new(nfs));
+    }
+    // Directories only: a node-local export is a bind mount by the node.
+    if backends.iter().any(|b| b.kind() == BackendKind::Directory) {
+        exporters.push(Arc::new(LocalExporter));
     }
     let agent = Agent::new(backends, exporters, marks);
     match (

@@ -37,6 +37,7 @@ fn record(protocol: Protocol) -> ExportRecord {
         Protocol::NvmeofTcp => HOST_NQN,
         Protocol::Iscsi => INITIATOR,
         Protocol::Nfs => "127.0.0.1",
+        Protocol::Local => "worker-1",
     };
     ExportRecord {
         acl: true,

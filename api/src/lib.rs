@@ -29,3 +29,8 @@ pub mod tokens;
 
 /// The CSI driver name, and the prefix of every annotation.
 pub const DRIVER_NAME: &str = "pillar-csi.bhyoo.com";
+
+/// The topology key of node-local volumes (PillarProtocol `local`): the
+/// node plugin of the files identity reports it with its node's name, and
+/// a node-local volume is accessible where it names the agent's node.
+pub const TOPOLOGY_NODE_KEY: &str = "topology.files.pillar-csi.bhyoo.com/node";

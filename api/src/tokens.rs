@@ -7,6 +7,7 @@
 //! | `nvmeof-tcp` | NVMe over Fabrics, TCP transport ([`Protocol::NvmeofTcp`]) |
 //! | `iscsi` | iSCSI ([`Protocol::Iscsi`]) |
 //! | `nfs` | NFS, the kernel's server ([`Protocol::Nfs`]) |
+//! | `local` | a bind mount on the storage node itself ([`Protocol::Local`]) |
 //! | `zfs-zvol` | a ZFS volume ([`Backend::ZfsZvol`]) |
 //! | `lvm-lv` | an LVM logical volume, linear or thin ([`Backend::LvmLv`]) |
 //! | `zfs-dataset` | a ZFS filesystem bounded by its refquota ([`Backend::ZfsDataset`]) |
@@ -30,11 +31,20 @@ pub enum Protocol {
     /// NFS: a filesystem volume exported by the kernel's NFS server.
     #[cfg_attr(feature = "crd", serde(rename = "nfs"))]
     Nfs,
+    /// A node-local filesystem volume: a directory of an agent on a node
+    /// that runs pods, bind-mounted by that node only.
+    #[cfg_attr(feature = "crd", serde(rename = "local"))]
+    Local,
 }
 
 impl Protocol {
     /// Every protocol, in token order.
-    pub const ALL: [Protocol; 3] = [Protocol::NvmeofTcp, Protocol::Iscsi, Protocol::Nfs];
+    pub const ALL: [Protocol; 4] = [
+        Protocol::NvmeofTcp,
+        Protocol::Iscsi,
+        Protocol::Nfs,
+        Protocol::Local,
+    ];
 
     /// The token used in publish contexts and volume handles.
     pub fn as_str(self) -> &'static str {
@@ -42,12 +52,19 @@ impl Protocol {
             Protocol::NvmeofTcp => "nvmeof-tcp",
             Protocol::Iscsi => "iscsi",
             Protocol::Nfs => "nfs",
+            Protocol::Local => "local",
         }
     }
 
     /// Parses a token written by [`Protocol::as_str`] (exactly as spelled).
     pub fn parse(token: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|p| p.as_str() == token)
+    }
+
+    /// Whether this protocol serves filesystem volumes (NFS, local) rather
+    /// than block devices.
+    pub fn is_filesystem(self) -> bool {
+        matches!(self, Protocol::Nfs | Protocol::Local)
     }
 }
 

@@ -4,7 +4,7 @@
 //! | identity | volumes | transports |
 //! | --- | --- | --- |
 //! | `pillar-csi.bhyoo.com` ([`Driver::Block`]) | zvols, LVs | NVMe/TCP, iSCSI |
-//! | `files.pillar-csi.bhyoo.com` ([`Driver::Files`]) | ZFS filesystems | NFS |
+//! | `files.pillar-csi.bhyoo.com` ([`Driver::Files`]) | ZFS filesystems, directories | NFS, node-local bind mounts |
 //!
 //! A volume belongs to exactly one: the identity that made it is the one
 //! whose name its PV carries, so each refuses the other's volumes, classes
@@ -44,7 +44,7 @@ impl Driver {
     /// The identity that serves volumes reached over `protocol`.
     pub fn of_protocol(protocol: Protocol) -> Self {
         match protocol {
-            Protocol::Nfs => Driver::Files,
+            Protocol::Nfs | Protocol::Local => Driver::Files,
             Protocol::NvmeofTcp | Protocol::Iscsi => Driver::Block,
         }
     }

@@ -41,10 +41,12 @@ impl IdentityService {
     }
 }
 
-/// The plugin capabilities: the controller service (the same driver runs
-/// one), and online volume expansion (the node grows mounted ext4 and XFS).
-pub fn plugin_capabilities() -> Vec<pb::PluginCapability> {
-    vec![
+/// The plugin capabilities of `driver`: the controller service (the same
+/// driver runs one), online volume expansion (the node grows mounted ext4
+/// and XFS), and, for the files identity, volume accessibility
+/// constraints (its node-local volumes are reachable from one node).
+pub fn plugin_capabilities(driver: Driver) -> Vec<pb::PluginCapability> {
+    let mut capabilities = vec![
         pb::PluginCapability {
             r#type: Some(plugin_capability::Type::Service(
                 plugin_capability::Service {
@@ -59,7 +61,17 @@ pub fn plugin_capabilities() -> Vec<pb::PluginCapability> {
                 },
             )),
         },
-    ]
+    ];
+    if driver == Driver::Files {
+        capabilities.push(pb::PluginCapability {
+            r#type: Some(plugin_capability::Type::Service(
+                plugin_capability::Service {
+                    r#type: plugin_capability::service::Type::VolumeAccessibilityConstraints as i32,
+                },
+            )),
+        });
+    }
+    capabilities
 }
 
 #[tonic::async_trait]
@@ -80,7 +92,7 @@ impl identity_server::Identity for IdentityService {
         _request: Request<pb::GetPluginCapabilitiesRequest>,
     ) -> Result<Response<pb::GetPluginCapabilitiesResponse>, Status> {
         Ok(Response::new(pb::GetPluginCapabilitiesResponse {
-            capabilities: plugin_capabilities(),
+            capabilities: plugin_capabilities(self.driver),
         }))
     }
 
@@ -133,6 +145,7 @@ mod tests {
             .await
             .expect("probe");
         assert_eq!(probe.into_inner().ready, Some(true));
-        assert_eq!(plugin_capabilities().len(), 2);
+        assert_eq!(plugin_capabilities(Driver::Block).len(), 2);
+        assert_eq!(plugin_capabilities(Driver::Files).len(), 3);
     }
 }

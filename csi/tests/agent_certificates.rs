@@ -132,6 +132,7 @@ async fn a_client_certificate_renewed_in_place_is_used_without_a_restart() -> R 
             address: "127.0.0.1".into(),
             port: relay.port,
             tls_server_name: None,
+            node_name: None,
         },
     );
     at("controller's client certificate valid for 8 s");

@@ -34,6 +34,7 @@ async fn a_classless_capacity_leaves_out_a_store_whose_agent_is_unreachable() ->
             address: "127.0.0.1".into(),
             port: 1,
             tls_server_name: None,
+            node_name: None,
         },
     );
     Api::<PillarAgent>::all(bed.client.clone())

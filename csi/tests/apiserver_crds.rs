@@ -63,6 +63,7 @@ async fn the_chart_crds_serve_every_kind_on_a_real_api_server() -> Result {
             address: "192.0.2.10".into(),
             port: 9500,
             tls_server_name: Some("pillar-csi-agent.pillar-csi.svc".into()),
+            node_name: None,
         },
     );
     assert_eq!(agents.create(&pp, &agent).await?.spec, agent.spec);

@@ -49,7 +49,10 @@ async fn the_controller_binary_serves_identity_and_controller_on_its_socket() ->
         .get_plugin_capabilities(pb::GetPluginCapabilitiesRequest {})
         .await?
         .into_inner();
-    assert_eq!(caps.capabilities, csi::identity::plugin_capabilities());
+    assert_eq!(
+        caps.capabilities,
+        csi::identity::plugin_capabilities(csi::driver::Driver::Block)
+    );
 
     let rpcs: Vec<Rpc> = ControllerClient::new(channel)
         .controller_get_capabilities(pb::ControllerGetCapabilitiesRequest {})

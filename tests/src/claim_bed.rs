@@ -143,6 +143,7 @@ pub async fn apply_objects(admin: &kube::Client, prefix: &str, layout: &Layout) 
         address: layout.agent.ip().to_string(),
         port: layout.agent.port(),
         tls_server_name: None,
+        node_name: None,
     };
     apply(admin, &agent_name, &PillarAgent::new(&agent_name, agent)).await?;
     let zvols = format!("{prefix}-zvols");
@@ -174,6 +175,7 @@ pub async fn apply_objects(admin: &kube::Client, prefix: &str, layout: &Layout) 
             nvmeof_tcp,
             iscsi,
             nfs: None,
+            local: None,
         },
     };
     let spec = protocol(

@@ -192,7 +192,9 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
         match protocol {
             Protocol::NvmeofTcp => parts[1].to_owned(),
             Protocol::Iscsi => parts[2].to_owned(),
-            Protocol::Nfs => return Err("a claim's life walks block volumes".into()),
+            Protocol::Nfs | Protocol::Local => {
+                return Err("a claim's life walks block volumes".into())
+            }
         }
     };
     story.step(
@@ -231,6 +233,7 @@ pub async fn life(bed: &ClaimBed, claim: &Claim) -> Result<()> {
             Protocol::NvmeofTcp => "NVMe/TCP",
             Protocol::Iscsi => "iSCSI",
             Protocol::Nfs => "NFS",
+            Protocol::Local => "a bind mount of",
         },
         export.target
     ));

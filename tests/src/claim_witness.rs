@@ -107,7 +107,7 @@ impl Export {
                 PathBuf::from("/sys/kernel/config/nvmet/subsystems").join(&self.target)
             }
             Protocol::Iscsi => PathBuf::from("/sys/kernel/config/target/iscsi").join(&self.target),
-            Protocol::Nfs => PathBuf::from(&self.target),
+            Protocol::Nfs | Protocol::Local => PathBuf::from(&self.target),
         }
     }
 
@@ -134,7 +134,7 @@ impl Export {
             return Ok(None);
         }
         let list = match self.protocol {
-            Protocol::NvmeofTcp | Protocol::Nfs => dir.join("allowed_hosts"),
+            Protocol::NvmeofTcp | Protocol::Nfs | Protocol::Local => dir.join("allowed_hosts"),
             Protocol::Iscsi => dir.join("tpgt_1/acls"),
         };
         let mut names: Vec<String> = fs::read_dir(&list)?

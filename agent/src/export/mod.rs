@@ -1,16 +1,19 @@
 //! Exports behind one small trait: NVMe/TCP through nvmet, iSCSI through
-//! LIO, NFS through the kernel NFS server.
+//! LIO, NFS through the kernel NFS server, and node-local directories
+//! (bind-mounted by the agent's own node: no kernel target).
 use crate::{config::Listener, error::AgentError, marks::ExportRecord, volume::VolumeId};
 use std::path::Path;
 
 mod identity;
 mod iscsi;
+mod local;
 mod names;
 mod nfs;
 mod nvmeof;
 
 pub use identity::StableIdentity;
 pub use iscsi::LioExporter;
+pub use local::LocalExporter;
 pub use names::{host_name, TargetNames, IQN_PREFIX, NQN_PREFIX};
 pub use nfs::{NfsExporter, EXPORTS_DIR};
 pub use nvmeof::NvmetExporter;
@@ -24,6 +27,8 @@ pub enum Protocol {
     Iscsi,
     /// NFS (filesystem volumes).
     Nfs,
+    /// A bind mount on the agent's own node (directory volumes).
+    Local,
 }
 
 impl Protocol {
@@ -33,6 +38,7 @@ impl Protocol {
             Protocol::NvmeofTcp => "nvmeof-tcp",
             Protocol::Iscsi => "iscsi",
             Protocol::Nfs => "nfs",
+            Protocol::Local => "local",
         }
     }
 
@@ -42,6 +48,7 @@ impl Protocol {
             "nvmeof-tcp" => Some(Protocol::NvmeofTcp),
             "iscsi" => Some(Protocol::Iscsi),
             "nfs" => Some(Protocol::Nfs),
+            "local" => Some(Protocol::Local),
             _ => None,
         }
     }

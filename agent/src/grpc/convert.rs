@@ -36,8 +36,9 @@ pub(crate) fn protocol(value: i32) -> Result<Protocol, AgentError> {
         Ok(pb::ProtocolType::NvmeofTcp) => Ok(Protocol::NvmeofTcp),
         Ok(pb::ProtocolType::Iscsi) => Ok(Protocol::Iscsi),
         Ok(pb::ProtocolType::Nfs) => Ok(Protocol::Nfs),
+        Ok(pb::ProtocolType::Local) => Ok(Protocol::Local),
         Ok(pb::ProtocolType::Unspecified) => Err(AgentError::InvalidArgument(
-            "protocol_type is required (PROTOCOL_TYPE_NVMEOF_TCP, PROTOCOL_TYPE_ISCSI or PROTOCOL_TYPE_NFS)".into(),
+            "protocol_type is required (PROTOCOL_TYPE_NVMEOF_TCP, PROTOCOL_TYPE_ISCSI, PROTOCOL_TYPE_NFS or PROTOCOL_TYPE_LOCAL)".into(),
         )),
         Err(_) => Err(AgentError::InvalidArgument(format!(
             "protocol_type {value} is not a known ProtocolType"
@@ -50,6 +51,7 @@ pub(crate) fn protocol_type(p: Protocol) -> pb::ProtocolType {
         Protocol::NvmeofTcp => pb::ProtocolType::NvmeofTcp,
         Protocol::Iscsi => pb::ProtocolType::Iscsi,
         Protocol::Nfs => pb::ProtocolType::Nfs,
+        Protocol::Local => pb::ProtocolType::Local,
     }
 }
 

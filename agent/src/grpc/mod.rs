@@ -180,6 +180,7 @@ impl AgentService for AgentGrpc {
                 Protocol::NvmeofTcp => "nvmet",
                 Protocol::Iscsi => "lio",
                 Protocol::Nfs => "nfsd",
+                Protocol::Local => "local",
             };
             let e = e.clone();
             push(

@@ -49,22 +49,30 @@ pub(crate) fn check_chap(protocol: Protocol, record: &ExportRecord) -> Result<()
     Ok(())
 }
 
-/// Refuses a transport the volume cannot be served over: a filesystem
-/// over NFS only, a block volume over NVMe/TCP or iSCSI only.
+/// Refuses a transport the volume cannot be served over: a block volume
+/// over NVMe/TCP or iSCSI only, a filesystem over NFS, and a directory also
+/// node-local.
 fn check_transport(
     id: &VolumeId,
     location: &BackendRecord,
     protocol: Protocol,
 ) -> Result<(), AgentError> {
-    match (location.is_filesystem(), protocol == Protocol::Nfs) {
-        (true, false) => Err(AgentError::InvalidArgument(format!(
-            "volume {id} is a filesystem: it is exported over nfs, not {}",
+    let directory = matches!(location, BackendRecord::Directory { .. });
+    match (location.is_filesystem(), protocol) {
+        (true, Protocol::Nfs) | (false, Protocol::NvmeofTcp | Protocol::Iscsi) => Ok(()),
+        (true, Protocol::Local) if directory => Ok(()),
+        (true, Protocol::Local) => Err(AgentError::InvalidArgument(format!(
+            "volume {id} is a ZFS filesystem: it is exported over nfs; only a directory is served node-local"
+        ))),
+        (true, _) => Err(AgentError::InvalidArgument(format!(
+            "volume {id} is a filesystem: it is exported over nfs{}, not {}",
+            if directory { " or local" } else { "" },
             protocol.as_str()
         ))),
-        (false, true) => Err(AgentError::InvalidArgument(format!(
-            "volume {id} is a block volume: it is exported over nvmeof-tcp or iscsi, not nfs"
+        (false, _) => Err(AgentError::InvalidArgument(format!(
+            "volume {id} is a block volume: it is exported over nvmeof-tcp or iscsi, not {}",
+            protocol.as_str()
         ))),
-        _ => Ok(()),
     }
 }
 

@@ -55,6 +55,11 @@ pub struct PillarAgentSpec {
     /// verification); the controller's `--agent-tls-server-name` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_server_name: Option<String>,
+    /// The Kubernetes node the agent runs on, when that node also runs
+    /// pods: the topology of the node-local volumes it serves (PillarProtocol
+    /// `local`), which only that node can mount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
 }
 
 /// What the controller last learned from an agent.
@@ -173,7 +178,7 @@ pub struct LvmBackend {
     group = "pillar-csi.bhyoo.com",
     version = "v1alpha1",
     kind = "PillarProtocol",
-    doc = "How the volumes of a class are exported: NVMe/TCP, iSCSI or NFS.",
+    doc = "How the volumes of a class are exported: NVMe/TCP, iSCSI, NFS or node-local.",
     plural = "pillarprotocols",
     status = "ReadyStatus",
     printcolumn(
@@ -199,7 +204,7 @@ pub struct LvmBackend {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PillarProtocolSpec {
-    /// Exactly one of `nvmeofTcp`, `iscsi` and `nfs`.
+    /// Exactly one of `nvmeofTcp`, `iscsi`, `nfs` and `local`.
     pub protocol: ProtocolConfig,
 }
 
@@ -218,7 +223,19 @@ pub struct ProtocolConfig {
     /// to (always by address: an NFS export has no open mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nfs: Option<NfsProtocol>,
+    /// Node-local, for the directories of a `directory` store whose agent
+    /// runs on a node that also runs pods (its PillarAgent's `nodeName`):
+    /// each volume is bind-mounted by that node only, and its PV's node
+    /// affinity names that node, so Kubernetes schedules its pods there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<LocalProtocol>,
 }
+
+/// Node-local settings: none; the node is the agent's (`PillarAgent`
+/// `spec.nodeName`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalProtocol {}
 
 /// NFS export settings: the server's address and port are the agent's
 /// (`nfs:` in its configuration); the NFS version and mount options are the

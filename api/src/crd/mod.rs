@@ -24,10 +24,11 @@ mod snapshot;
 mod volume;
 
 pub use infra::{
-    AgentStatus, DirectoryBackend, Filesystem, FsType, IscsiProtocol, LvmBackend, NfsProtocol,
-    NvmeofTcpProtocol, PillarAgent, PillarAgentSpec, PillarProtocol, PillarProtocolSpec,
-    PillarStorageClass, PillarStorageClassSpec, PillarStore, PillarStoreSpec, ProtocolConfig,
-    ReadyStatus, ReclaimPolicy, StorageClassTemplate, StoreBackend, VolumeBindingMode, ZfsBackend,
+    AgentStatus, DirectoryBackend, Filesystem, FsType, IscsiProtocol, LocalProtocol, LvmBackend,
+    NfsProtocol, NvmeofTcpProtocol, PillarAgent, PillarAgentSpec, PillarProtocol,
+    PillarProtocolSpec, PillarStorageClass, PillarStorageClassSpec, PillarStore, PillarStoreSpec,
+    ProtocolConfig, ReadyStatus, ReclaimPolicy, StorageClassTemplate, StoreBackend,
+    VolumeBindingMode, ZfsBackend,
 };
 pub use snapshot::{PillarSnapshot, PillarSnapshotSpec, PillarSnapshotStatus};
 pub use volume::{

@@ -24,6 +24,11 @@ pub enum Error {
     /// (OUT_OF_RANGE): an import larger than `limit_bytes`.
     #[error("{0}")]
     OutOfRange(String),
+    /// The volume cannot be made where the request requires
+    /// (RESOURCE_EXHAUSTED): a node-local volume's node is not among the
+    /// requisite topologies.
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// A Kubernetes API call failed.
     #[error("{what}: {source}")]
     Kube {
@@ -65,6 +70,7 @@ impl Error {
             Error::AlreadyExists(_) => Code::AlreadyExists,
             Error::Aborted(_) => Code::Aborted,
             Error::OutOfRange(_) => Code::OutOfRange,
+            Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::Kube { source, .. } => match source {
                 kube::Error::Api(s) if s.code == 409 => Code::Aborted,
                 kube::Error::Api(s) if s.code == 404 => Code::NotFound,

@@ -36,6 +36,7 @@ pub mod settings;
 pub mod snapshots;
 pub mod state;
 pub mod timed;
+pub mod topology;
 pub mod volumes;
 
 use crate::driver::Driver;
@@ -75,6 +76,7 @@ pub fn protocol_type(protocol: Protocol) -> i32 {
         Protocol::NvmeofTcp => agent::ProtocolType::NvmeofTcp as i32,
         Protocol::Iscsi => agent::ProtocolType::Iscsi as i32,
         Protocol::Nfs => agent::ProtocolType::Nfs as i32,
+        Protocol::Local => agent::ProtocolType::Local as i32,
     }
 }
 

@@ -16,6 +16,7 @@
 use super::capabilities::{check, single_node};
 use super::error::{Error, Result};
 use super::state::{fence, generation};
+use super::topology;
 use super::{backend_type, protocol_type, Controller};
 use crate::node_id::{FilesNodeId, InvalidNodeId, NodeId};
 use crate::publish_context::PublishContext;
@@ -28,19 +29,23 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 /// A node as an export names it: its name, and the initiator its node ID
-/// carries for the volume's protocol (the host NQN, the initiator IQN, or
-/// the NFS client address of a files node ID).
+/// carries for the volume's protocol (the host NQN, the initiator IQN, the
+/// NFS client address of a files node ID, or, node-local, the node's name).
 struct Peer {
     name: String,
     initiator: String,
 }
 
 fn peer(node_id: &str, protocol: Protocol) -> std::result::Result<Peer, InvalidNodeId> {
-    if protocol == Protocol::Nfs {
+    if protocol.is_filesystem() {
         let node = FilesNodeId::parse(node_id)?;
+        let initiator = match protocol {
+            Protocol::Local => node.name().to_owned(),
+            _ => node.address().to_string(),
+        };
         return Ok(Peer {
             name: node.name().to_owned(),
-            initiator: node.address().to_string(),
+            initiator,
         });
     }
     let node = NodeId::parse(node_id)?;
@@ -127,6 +132,10 @@ impl Controller {
         let state = self.ready_state(&req.volume_id, "publish").await?;
         let node = peer(&req.node_id, state.spec.protocol_type)
             .map_err(|e| Error::NotFound(format!("node {:?}: {e}", req.node_id)))?;
+        if state.spec.protocol_type == Protocol::Local {
+            let agent = self.agent_of(&state).await?;
+            topology::check_publish(&req.volume_id, &node.name, &agent)?;
+        }
         let status = state.status.clone().unwrap_or_default();
         let state = if status
             .published_nodes

@@ -64,20 +64,21 @@ pub fn backend_of(store_name: &str, backend: &StoreBackend) -> Result<Backend> {
     }
 }
 
-/// The protocol, exactly one of `nvmeofTcp`, `iscsi` and `nfs`.
+/// The protocol, exactly one of `nvmeofTcp`, `iscsi`, `nfs` and `local`.
 pub fn protocol_of(protocol_name: &str, config: &ProtocolConfig) -> Result<Protocol> {
-    match (&config.nvmeof_tcp, &config.iscsi, &config.nfs) {
-        (Some(_), None, None) => Ok(Protocol::NvmeofTcp),
-        (None, Some(_), None) => Ok(Protocol::Iscsi),
-        (None, None, Some(_)) => Ok(Protocol::Nfs),
+    match (&config.nvmeof_tcp, &config.iscsi, &config.nfs, &config.local) {
+        (Some(_), None, None, None) => Ok(Protocol::NvmeofTcp),
+        (None, Some(_), None, None) => Ok(Protocol::Iscsi),
+        (None, None, Some(_), None) => Ok(Protocol::Nfs),
+        (None, None, None, Some(_)) => Ok(Protocol::Local),
         _ => Err(Error::InvalidArgument(format!(
-            "PillarProtocol {protocol_name:?} must set exactly one of protocol.nvmeofTcp, protocol.iscsi and protocol.nfs"
+            "PillarProtocol {protocol_name:?} must set exactly one of protocol.nvmeofTcp, protocol.iscsi, protocol.nfs and protocol.local"
         ))),
     }
 }
 
-/// Whether exports of this protocol admit only published nodes (NFS
-/// exports always do: they name their clients).
+/// Whether exports of this protocol admit only published nodes (NFS and
+/// node-local exports always do: they name their clients).
 pub fn acl_of(config: &ProtocolConfig) -> bool {
     config
         .nvmeof_tcp

@@ -11,6 +11,7 @@ use super::import;
 use super::naming;
 use super::resolve::{self, acl_of, protocol_of, volume_in};
 use super::state::{fence, generation};
+use super::topology;
 use super::{backend_type, Controller};
 use crate::volume_context;
 use api::crd::{
@@ -91,6 +92,20 @@ impl Controller {
                 protocol,
             )
             .map_err(Error::InvalidArgument)?;
+        let local = topology::local_node(
+            class,
+            &place.agent,
+            resolve::backend_of(&store_name, &place.store.spec.backend)?,
+            protocol,
+        )?;
+        if let Some(node) = &local {
+            topology::check_requisite(
+                &req.name,
+                node,
+                &place.agent.name_any(),
+                req.accessibility_requirements.as_ref(),
+            )?;
+        }
         let existing = self.states.get(&record_name).await?;
         let (wants, claim_ref) = self.wants_of(&req, &place, existing.as_ref()).await?;
         // Checked before anything is recorded: a refusal records nothing.
@@ -303,7 +318,7 @@ impl Controller {
             volume_id: handle.to_string(),
             volume_context: context,
             content_source: req.volume_content_source.clone(),
-            ..Default::default()
+            accessible_topology: topology::accessible(local),
         })
     }
 

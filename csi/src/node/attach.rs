@@ -130,8 +130,8 @@ impl Attacher {
         match ctx.protocol {
             Protocol::NvmeofTcp => self.attach_nvme(ctx),
             Protocol::Iscsi => self.attach_iscsi(ctx),
-            Protocol::Nfs => Attach::failed(Error::internal(
-                "an NFS export is mounted, not attached as a device",
+            Protocol::Nfs | Protocol::Local => Attach::failed(Error::internal(
+                "a filesystem volume is mounted, not attached as a device",
             )),
         }
     }
@@ -234,7 +234,7 @@ impl Attacher {
                 .iscsi
                 .logout(&iscsi_target(&r.address, r.port, &r.target)?),
             // Its unmount was the whole of it.
-            Some(Protocol::Nfs) => Ok(()),
+            Some(Protocol::Nfs | Protocol::Local) => Ok(()),
             None => Err(Error::internal(format!(
                 "staging record of {}: unknown protocol {:?}",
                 r.volume_id, r.protocol
@@ -247,7 +247,7 @@ impl Attacher {
         match Protocol::parse(&r.protocol) {
             Some(Protocol::NvmeofTcp) => self.nvme.rescan(&r.target),
             Some(Protocol::Iscsi) => self.iscsi.rescan(disk),
-            Some(Protocol::Nfs) | None => Ok(()),
+            Some(Protocol::Nfs | Protocol::Local) | None => Ok(()),
         }
     }
 
@@ -292,10 +292,10 @@ impl Attacher {
     /// for a dead transport is lost whatever the plugin does; data held for
     /// a living one is lost only if the plugin ends the connection.
     pub fn transport_dead(&self, r: &StagingRecord) -> Option<String> {
-        if super::nfs::is_nfs(r) {
+        if super::nfs::is_nfs(r) || super::local::is_local(r) {
             // Never said of an NFS mount: its writeback has no connection
             // of ours to cut, only the node's access, which goes after
-            // Unstage answers.
+            // Unstage answers (and a node-local bind has no connection).
             return None;
         }
         let Some(device) = &r.device else {

@@ -19,7 +19,7 @@ pub fn of(sys: &Path, protocol: Protocol, disk: &str) -> Option<String> {
         Protocol::Iscsi => fs::read(dir.join("device/vpd_pg80"))
             .ok()
             .and_then(|page| unit_serial(&page)),
-        Protocol::Nfs => None,
+        Protocol::Nfs | Protocol::Local => None,
     }
     .filter(|i| !i.is_empty())
 }

@@ -7,6 +7,8 @@
 //! - [`format`](mod@format): the libblkid probe and mkfs of blank devices only;
 //! - [`mounts`]: mount(2), bind mounts and the mount table;
 //! - [`nfs`]: filesystem volumes, their exports mounted by mount(2);
+//! - [`local`]: node-local directory volumes, bind-mounted ([`share`]:
+//!   what both kinds of filesystem volume share);
 //! - [`record`]: per-volume staging records, written atomically;
 //! - [`stage`], [`publish`], [`volume`]: the RPCs' work, synchronous;
 //! - [`service`]: the gRPC service over them.
@@ -22,12 +24,14 @@ pub mod format;
 pub mod initiator;
 pub mod iscsi;
 pub mod iscsi_secret;
+pub mod local;
 pub mod mounts;
 pub mod nfs;
 pub mod nvme;
 pub mod publish;
 pub mod record;
 pub mod service;
+pub mod share;
 pub mod stage;
 pub mod volume;
 
@@ -79,6 +83,9 @@ pub struct NodeConfig {
     /// exports admit; set when the node serves the files identity) and the
     /// version it mounts by default.
     pub nfs: nfs::NfsClient,
+    /// The folders under which node-local volumes' directories may be
+    /// bind-mounted (the agent's directory backend paths on this node).
+    pub local_roots: Vec<PathBuf>,
 }
 
 impl NodeConfig {
@@ -96,6 +103,7 @@ impl NodeConfig {
             nvme_reconnect: nvme::ReconnectPolicy::default(),
             fault: None,
             nfs: nfs::NfsClient::default(),
+            local_roots: Vec::new(),
         }
     }
 }

@@ -175,15 +175,6 @@ pub(super) fn export_at(
     })
 }
 
-/// The staging mount of `r`, refusing when it is gone.
-pub(super) fn staged_export(r: &StagingRecord) -> Result<MountEntry> {
-    export_at(r, &r.staging_path)?.map_err(|why| {
-        Error::precondition(format!(
-            "{why}: the staging mount is gone; NodeUnstageVolume and NodeStageVolume the volume again"
-        ))
-    })
-}
-
 impl Node {
     /// NodeStageVolume of an NFS volume: the export mounted at the staging
     /// path, recorded before the mount (a restart finds what it mounted).

@@ -3,8 +3,8 @@
 //! target path, which the plugin creates and removes.
 use super::error::{Error, Kind, Result};
 use super::mounts::{bind, mount_at, unmount_path};
-use super::nfs::{is_nfs, staged_export};
 use super::record::Phase;
+use super::share::{is_share, staged_share};
 use super::stage::devnum;
 use super::volume::check_staging_mount;
 use super::Node;
@@ -68,8 +68,8 @@ impl Node {
             }
             // What a bind mount of ours looks like in the mount table: the
             // staged filesystem's root, or the device node inside devtmpfs.
-            let (source, expect_dev, expect_root): (PathBuf, _, PathBuf) = if is_nfs(&record) {
-                let staged = staged_export(&record)?;
+            let (source, expect_dev, expect_root): (PathBuf, _, PathBuf) = if is_share(&record) {
+                let staged = staged_share(&record)?;
                 (record.staging_path.clone(), staged.devnum, staged.root)
             } else {
                 check_staging_mount(&record)?;

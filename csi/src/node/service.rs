@@ -286,22 +286,26 @@ impl node_server::Node for NodeService {
         &self,
         _request: Request<pb::NodeGetInfoRequest>,
     ) -> Result<Response<pb::NodeGetInfoResponse>, Status> {
-        let node_id = match self.driver {
-            Driver::Block => self.node.node_id().to_string(),
-            Driver::Files => self
-                .node
-                .files_node_id()
-                .ok_or_else(|| {
+        // The files identity's node-local volumes are reachable on their
+        // own node only: the node's name is its topology.
+        let (node_id, accessible_topology) = match self.driver {
+            Driver::Block => (self.node.node_id().to_string(), None),
+            Driver::Files => {
+                let id = self.node.files_node_id().ok_or_else(|| {
                     Status::failed_precondition(
                         "this node plugin has no NFS client address: start it with --node-address",
                     )
-                })?
-                .to_string(),
+                })?;
+                let topology = pb::Topology {
+                    segments: [(api::TOPOLOGY_NODE_KEY.to_owned(), id.name().to_owned())].into(),
+                };
+                (id.to_string(), Some(topology))
+            }
         };
         Ok(Response::new(pb::NodeGetInfoResponse {
             node_id,
             max_volumes_per_node: 0,
-            accessible_topology: None,
+            accessible_topology,
         }))
     }
 }

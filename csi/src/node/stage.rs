@@ -126,8 +126,10 @@ impl Node {
     }
 
     fn stage_locked(&self, req: &StageRequest) -> Result<()> {
-        if req.context.protocol == Protocol::Nfs {
-            return self.stage_nfs(req);
+        match req.context.protocol {
+            Protocol::Nfs => return self.stage_nfs(req),
+            Protocol::Local => return self.stage_local(req),
+            Protocol::NvmeofTcp | Protocol::Iscsi => {}
         }
         let want = req.record();
         let existing = self.records.load(&req.volume_id)?;

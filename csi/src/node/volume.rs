@@ -3,8 +3,8 @@
 use super::error::{Error, Kind, Result};
 use super::format::{device_size, grow};
 use super::mounts::mount_at;
-use super::nfs::{export_at, is_nfs};
 use super::record::{Phase, StagingRecord};
+use super::share::{is_share, share_at};
 use super::stage::devnum;
 use super::Node;
 use std::{
@@ -116,9 +116,10 @@ impl Node {
     pub fn expand(&self, volume_id: &str, required_bytes: u64) -> Result<u64> {
         self.volume_locks.with(volume_id, || {
             let record = self.staged(volume_id)?;
-            if is_nfs(&record) {
+            if is_share(&record) {
                 return Err(Error::invalid(format!(
-                    "volume {volume_id} is a filesystem volume over NFS: it grows on the storage node (ControllerExpandVolume), and its nodes have nothing to grow"
+                    "volume {volume_id} is a filesystem volume ({}): it grows on the storage node (ControllerExpandVolume), and its nodes have nothing to grow",
+                    record.protocol
                 )));
             }
             let device = self.attacher.verified_device(&record)?;
@@ -167,7 +168,7 @@ impl Node {
             ));
         }
         let abnormal = match self.attacher.verified_device(&record) {
-            _ if is_nfs(&record) => export_at(&record, volume_path)?.err(),
+            _ if is_share(&record) => share_at(&record, volume_path)?.err(),
             Err(e) => Some(e.message),
             Ok(_) => match self.attacher.abnormal(&record) {
                 Some(why) => Some(why),

@@ -13,11 +13,14 @@
 //!   `volumeBindingMode` (default `Immediate`), `allowVolumeExpansion`
 //!   (default true) from `storageClass`; with `importKeys`, the
 //!   external-provisioner's secret parameters, templated from the claim's
-//!   `pillar-csi.bhyoo.com/import-key-secret` annotation and namespace.
+//!   `pillar-csi.bhyoo.com/import-key-secret` annotation and namespace;
+//!   for a node-local class (protocol `local`), `allowedTopologies`
+//!   naming its agent's node (kept as it was while the class does not
+//!   resolve).
 //! - A change of the PillarStorageClass updates the StorageClass. Its
 //!   provisioner, parameters, reclaimPolicy and volumeBindingMode are
-//!   immutable in Kubernetes, so when one of them changes the StorageClass
-//!   is deleted and created again (existing PVs keep their own copy of what
+//!   immutable in Kubernetes, so when one of them (or allowedTopologies)
+//!   changes the StorageClass is deleted and created again (existing PVs keep their own copy of what
 //!   they were provisioned with); the condition's message says so.
 //! - A StorageClass of that name that this PillarStorageClass does not own
 //!   is never changed: the PillarStorageClass turns `Ready=False` with reason
@@ -27,10 +30,12 @@
 //!   with the provisioner of the class's store, or, the store gone too,
 //!   the one it had).
 use super::{condition_changed, ready_condition, Reconcilers};
-use crate::controller::resolve::{self, CLASS_PARAMETER};
+use crate::controller::resolve::{self, Placement, CLASS_PARAMETER};
+use crate::controller::topology;
 use crate::driver::Driver;
 use api::annotations::IMPORT_KEY_SECRET_ANNOTATION;
 use api::crd::{PillarStorageClass, ReclaimPolicy, VolumeBindingMode};
+use k8s_openapi::api::core::v1::TopologySelectorTerm;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -48,8 +53,13 @@ pub const SECRET_NAME_PARAMETER: &str = "csi.storage.k8s.io/provisioner-secret-n
 /// See [`SECRET_NAME_PARAMETER`].
 pub const SECRET_NAMESPACE_PARAMETER: &str = "csi.storage.k8s.io/provisioner-secret-namespace";
 
-/// The StorageClass `class` generates for identity `driver`.
-pub fn desired(class: &PillarStorageClass, driver: Driver) -> StorageClass {
+/// The StorageClass `class` generates for identity `driver`, its volumes
+/// accessible where `allowed_topologies` says (everywhere: `None`).
+pub fn desired(
+    class: &PillarStorageClass,
+    driver: Driver,
+    allowed_topologies: Option<Vec<TopologySelectorTerm>>,
+) -> StorageClass {
     let template = &class.spec.storage_class;
     let mut parameters = BTreeMap::from([(CLASS_PARAMETER.to_owned(), class.name_any())]);
     // A filesystem volume's fsType is its NFS mount's, no class's.
@@ -106,7 +116,7 @@ pub fn desired(class: &PillarStorageClass, driver: Driver) -> StorageClass {
         ),
         allow_volume_expansion: Some(template.allow_volume_expansion.unwrap_or(true)),
         mount_options: None,
-        allowed_topologies: None,
+        allowed_topologies,
     }
 }
 
@@ -140,6 +150,15 @@ fn immutable_differs(have: &StorageClass, want: &StorageClass) -> bool {
             != want.reclaim_policy.as_deref().unwrap_or("Delete")
         || have.volume_binding_mode.as_deref().unwrap_or("Immediate")
             != want.volume_binding_mode.as_deref().unwrap_or("Immediate")
+        || have.allowed_topologies != want.allowed_topologies
+}
+
+/// The node a placed class's volumes are on (none: every node), refusing
+/// a node-local class that cannot place volumes.
+fn local_node(p: &Placement) -> crate::controller::error::Result<Option<String>> {
+    let backend = resolve::backend_of(&p.store.name_any(), &p.store.spec.backend)?;
+    let protocol = resolve::protocol_of(&p.protocol.name_any(), &p.protocol.spec.protocol)?;
+    topology::local_node(&p.class.name_any(), &p.agent, backend, protocol)
 }
 
 /// What one class's pass did, for its condition.
@@ -183,16 +202,24 @@ impl Reconcilers {
     ) -> Result<(), kube::Error> {
         let scs = Api::<StorageClass>::all(self.client.clone());
         let name = class.spec.storage_class.name.clone();
-        let placement = resolve::placement(&self.client, &class.name_any()).await;
-        let driver = match placement
-            .as_ref()
-            .ok()
-            .and_then(|p| resolve::backend_of(&p.store.name_any(), &p.store.spec.backend).ok())
-        {
-            Some(backend) => Driver::of_backend(backend),
-            None => self.driver_unplaced(class, &scs, &name).await?,
+        let placement = resolve::placement(&self.client, &class.name_any())
+            .await
+            .and_then(|p| local_node(&p).map(|node| (p, node)));
+        let driver =
+            match placement.as_ref().ok().and_then(|(p, _)| {
+                resolve::backend_of(&p.store.name_any(), &p.store.spec.backend).ok()
+            }) {
+                Some(backend) => Driver::of_backend(backend),
+                None => self.driver_unplaced(class, &scs, &name).await?,
+            };
+        let allowed = match &placement {
+            Ok((_, node)) => topology::allowed_topologies(node.clone()),
+            Err(_) => scs
+                .get_opt(&name)
+                .await?
+                .and_then(|sc| sc.allowed_topologies),
         };
-        let want = desired(class, driver);
+        let want = desired(class, driver, allowed);
         let uid = class.metadata.uid.clone().unwrap_or_default();
         let outcome = if driver == Driver::Files && !self.settings.files {
             Outcome::Disabled(format!(
@@ -315,7 +342,7 @@ impl Reconcilers {
             (Outcome::Replaced, Ok(_)) => (
                 true,
                 "Generated",
-                format!("StorageClass {name:?} replaced: its provisioner, parameters, reclaimPolicy and volumeBindingMode are immutable, so it was deleted and created again"),
+                format!("StorageClass {name:?} replaced: its provisioner, parameters, reclaimPolicy, volumeBindingMode or allowedTopologies changed, which Kubernetes does not update in place, so it was deleted and created again"),
             ),
             (Outcome::Current, Ok(_)) => (true, "Generated", format!("StorageClass {name:?} is up to date")),
         };
@@ -385,7 +412,7 @@ mod tests {
 
     #[test]
     fn the_generated_class_carries_the_name_fstype_and_owner() {
-        let sc = desired(&class(None), Driver::Block);
+        let sc = desired(&class(None), Driver::Block, None);
         assert_eq!(sc.provisioner, "pillar-csi.bhyoo.com");
         let p = sc.parameters.clone().unwrap_or_default();
         assert_eq!(p.get("pillarStorageClass").map(String::as_str), Some("hot"));
@@ -403,25 +430,44 @@ mod tests {
             ),
             ("PillarStorageClass", "u-1", "pillar-csi.bhyoo.com/v1alpha1")
         );
-        let retain = desired(&class(Some(ReclaimPolicy::Retain)), Driver::Block);
+        let retain = desired(&class(Some(ReclaimPolicy::Retain)), Driver::Block, None);
         assert!(immutable_differs(&sc, &retain));
         assert!(!immutable_differs(
             &sc,
-            &desired(&class(None), Driver::Block)
+            &desired(&class(None), Driver::Block, None)
         ));
         assert!(!p.contains_key(SECRET_NAME_PARAMETER));
     }
 
     #[test]
+    fn a_node_local_class_allows_its_agents_node_only_and_a_change_replaces_it() {
+        let on = |node: &str| topology::allowed_topologies(Some(node.to_owned()));
+        let sc = desired(&class(None), Driver::Files, on("worker-1"));
+        let terms = sc.allowed_topologies.clone().unwrap_or_default();
+        let expr = &terms[0].match_label_expressions.as_ref().unwrap()[0];
+        assert_eq!(expr.key, api::TOPOLOGY_NODE_KEY);
+        assert_eq!(expr.values, ["worker-1"]);
+        assert!(immutable_differs(
+            &sc,
+            &desired(&class(None), Driver::Files, on("worker-2"))
+        ));
+        assert!(!immutable_differs(
+            &sc,
+            &desired(&class(None), Driver::Files, on("worker-1"))
+        ));
+        assert_eq!(topology::allowed_topologies(None), None);
+    }
+
+    #[test]
     fn a_filesystem_class_is_provisioned_by_the_files_identity_without_an_fstype() {
-        let sc = desired(&class(None), Driver::Files);
+        let sc = desired(&class(None), Driver::Files, None);
         assert_eq!(sc.provisioner, "files.pillar-csi.bhyoo.com");
         let p = sc.parameters.clone().unwrap_or_default();
         assert_eq!(p.get("pillarStorageClass").map(String::as_str), Some("hot"));
         assert!(!p.contains_key(FSTYPE_PARAMETER), "{p:?}");
         assert!(immutable_differs(
             &sc,
-            &desired(&class(None), Driver::Block)
+            &desired(&class(None), Driver::Block, None)
         ));
     }
 
@@ -429,7 +475,7 @@ mod tests {
     fn a_class_of_encrypted_imports_has_the_provisioner_read_the_claims_key_secret() {
         let mut importing = class(None);
         importing.spec.import_keys = true;
-        let sc = desired(&importing, Driver::Block);
+        let sc = desired(&importing, Driver::Block, None);
         let p = sc.parameters.clone().unwrap_or_default();
         assert_eq!(
             p.get("csi.storage.k8s.io/provisioner-secret-name")
@@ -443,7 +489,7 @@ mod tests {
         );
         assert!(immutable_differs(
             &sc,
-            &desired(&class(None), Driver::Block)
+            &desired(&class(None), Driver::Block, None)
         ));
     }
 }

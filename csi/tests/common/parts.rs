@@ -123,6 +123,7 @@ pub async fn create_agent(client: &kube::Client, port: u16) -> Result {
             address: "127.0.0.1".into(),
             port,
             tls_server_name: None,
+            node_name: None,
         },
     );
     Api::<PillarAgent>::all(client.clone())
@@ -185,6 +186,7 @@ pub fn nvmeof_protocol() -> PillarProtocol {
                 }),
                 iscsi: None,
                 nfs: None,
+                local: None,
             },
         },
     )
