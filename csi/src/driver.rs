@@ -53,7 +53,9 @@ impl Driver {
     pub fn serves(self) -> &'static str {
         match self {
             Driver::Block => "block volumes (zvols and LVs over NVMe/TCP or iSCSI)",
-            Driver::Files => "filesystem volumes (ZFS filesystems and directories over NFS)",
+            Driver::Files => {
+                "filesystem volumes (ZFS filesystems and directories, over NFS or node-local)"
+            }
         }
     }
 

@@ -89,3 +89,22 @@ def test_a_directory_backend_is_configured_and_its_path_shared():
     agent = one(objects, "DaemonSet", "pillar-csi-agent")
     paths = {v["hostPath"]["path"] for n, v in volumes(agent).items() if n.startswith("filesystems-")}
     assert paths == {"/tank/share", "/srv/xfs/volumes"}
+
+
+def test_local_roots_are_shared_with_the_node_plugin_and_passed_as_flags():
+    assert not [a for a in container(one(render(CASES["files-enabled"]), "DaemonSet",
+                                         "pillar-csi-node"), "node")["args"]
+                if a.startswith("--local-root")]
+    objects = render({**CASES["files-enabled"],
+                      "files": {"enabled": True, "localRoots": ["/srv/xfs/volumes"]}})
+    node = one(objects, "DaemonSet", "pillar-csi-node")
+    plugin = container(node, "node")
+    assert "--local-root=/srv/xfs/volumes" in plugin["args"]
+    mount = next(m for m in plugin["volumeMounts"] if m["name"] == "local-root-0")
+    assert mount["mountPath"] == "/srv/xfs/volumes"
+    assert mount["mountPropagation"] == "HostToContainer"
+    assert volumes(node)["local-root-0"]["hostPath"] == {"path": "/srv/xfs/volumes",
+                                                          "type": "Directory"}
+    # Only with the files identity: the block node plugin never binds them.
+    off = render({"files": {"enabled": False, "localRoots": ["/srv/xfs/volumes"]}})
+    assert "local-root-0" not in volumes(one(off, "DaemonSet", "pillar-csi-node"))

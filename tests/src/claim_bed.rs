@@ -360,7 +360,10 @@ impl ClaimBed {
                 NodePlugin::start_with_args(
                     &lab,
                     &format!("{prefix}-node"),
-                    files_bed::node_args(&files_node),
+                    files_bed::node_args(
+                        &files_node,
+                        &fs_parent.as_ref().ok_or("no directories")?.1.root,
+                    ),
                 )
                 .await?
             }
@@ -375,8 +378,14 @@ impl ClaimBed {
             .node_id;
         let files = match fs_parent {
             Some((parent, directories)) => {
-                let (class, directory_class) =
-                    files_bed::apply_objects(&admin, prefix, &objects.agent_name, &parent).await?;
+                let classes = files_bed::apply_objects(
+                    &admin,
+                    prefix,
+                    &objects.agent_name,
+                    &plugin.node_name,
+                    &parent,
+                )
+                .await?;
                 let node_id = NodeClient::new(dial(&files_node).await?)
                     .node_get_info(NodeGetInfoRequest {})
                     .await?
@@ -387,9 +396,10 @@ impl ClaimBed {
                     controller_socket: files_controller,
                     node_socket: files_node,
                     node_id,
-                    class,
+                    class: classes.datasets,
                     directories,
-                    directory_class,
+                    directory_class: classes.directories,
+                    local_class: classes.local,
                 })
             }
             None => None,

@@ -5,7 +5,9 @@
 //! backend `dirs` on an XFS mounted with `prjquota`, exported by the
 //! guest's kernel NFS server; a PillarStore of each, an `nfs`
 //! PillarProtocol and a PillarStorageClass of each store, whose
-//! StorageClasses the files identity provisions. The node mounts NFSv3 by default in the lab (see
+//! StorageClasses the files identity provisions; and, the agent and the
+//! node plugin sharing the guest, a `local` PillarProtocol and a class of
+//! node-local directories (the PillarAgent names the node plugin's node). The node mounts NFSv3 by default in the lab (see
 //! tests/lab/guest: NFSv4 walks from a root this guest cannot export).
 use crate::{
     claim_bed::Class,
@@ -72,6 +74,8 @@ pub struct FilesSide {
     pub directories: Directories,
     /// The directory PillarStorageClass.
     pub directory_class: Class,
+    /// The node-local directory PillarStorageClass.
+    pub local_class: Class,
 }
 
 /// The sockets of the files identity for a bed named `prefix` in `dir`.
@@ -90,9 +94,12 @@ pub fn controller_args(socket: &std::path::Path) -> Vec<OsString> {
     ]
 }
 
-/// The node plugin's flags serving the files identity at `socket`.
-pub fn node_args(socket: &std::path::Path) -> Vec<OsString> {
+/// The node plugin's flags serving the files identity at `socket`,
+/// bind-mounting node-local volumes from under `local_root`.
+pub fn node_args(socket: &std::path::Path, local_root: &std::path::Path) -> Vec<OsString> {
     vec![
+        "--local-root".into(),
+        local_root.into(),
         "--files-endpoint".into(),
         format!("unix://{}", socket.display()).into(),
         "--node-address".into(),
@@ -102,18 +109,37 @@ pub fn node_args(socket: &std::path::Path) -> Vec<OsString> {
     ]
 }
 
+/// The classes [`apply_objects`] makes: filesystems, directories and
+/// node-local directories.
+pub struct Classes {
+    /// ZFS filesystems over NFS.
+    pub datasets: Class,
+    /// Directories over NFS.
+    pub directories: Class,
+    /// Directories, node-local.
+    pub local: Class,
+}
+
 /// Applies (server-side, as the admin) a `zfsDataset` PillarStore under
 /// `parent` and a `directory` PillarStore of [`DIRECTORY_BACKEND`], both
-/// served by agent `agent`, an `nfs` PillarProtocol and a
-/// PillarStorageClass of each store, all named after `prefix`; returns
-/// the filesystem class and the directory class.
+/// served by agent `agent` (its `nodeName` set to `node`), an `nfs` and a
+/// `local` PillarProtocol, a PillarStorageClass of each store over NFS
+/// and one of the directories node-local, all named after `prefix`.
 pub async fn apply_objects(
     admin: &kube::Client,
     prefix: &str,
     agent: &str,
+    node: &str,
     parent: &FsParent,
-) -> Result<(Class, Class)> {
+) -> Result<Classes> {
     let params = PatchParams::apply("pillar-csi-lab").force();
+    Api::<PillarAgent>::all(admin.clone())
+        .patch(
+            agent,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"nodeName": node}})),
+        )
+        .await?;
     let (pool, below) = parent
         .dataset
         .split_once('/')
@@ -148,21 +174,34 @@ pub async fn apply_objects(
             .await?;
     }
     let protocol = format!("{prefix}-nfs");
-    let spec = PillarProtocolSpec {
-        protocol: ProtocolConfig {
-            nfs: Some(NfsProtocol {}),
-            ..Default::default()
-        },
-    };
-    Api::<PillarProtocol>::all(admin.clone())
-        .patch(
+    let local = format!("{prefix}-local");
+    for (name, config) in [
+        (
             &protocol,
-            &params,
-            &Patch::Apply(PillarProtocol::new(&protocol, spec)),
-        )
-        .await?;
-    Ok((
-        apply_class(
+            ProtocolConfig {
+                nfs: Some(NfsProtocol {}),
+                ..Default::default()
+            },
+        ),
+        (
+            &local,
+            ProtocolConfig {
+                local: Some(LocalProtocol {}),
+                ..Default::default()
+            },
+        ),
+    ] {
+        let spec = PillarProtocolSpec { protocol: config };
+        Api::<PillarProtocol>::all(admin.clone())
+            .patch(
+                name,
+                &params,
+                &Patch::Apply(PillarProtocol::new(name, spec)),
+            )
+            .await?;
+    }
+    Ok(Classes {
+        datasets: apply_class(
             admin,
             prefix,
             "files",
@@ -171,7 +210,7 @@ pub async fn apply_objects(
             Some(ReclaimPolicy::Retain),
         )
         .await?,
-        apply_class(
+        directories: apply_class(
             admin,
             prefix,
             "dirs",
@@ -180,7 +219,16 @@ pub async fn apply_objects(
             None,
         )
         .await?,
-    ))
+        local: apply_class(
+            admin,
+            prefix,
+            "local",
+            &format!("{prefix}-dirs"),
+            &local,
+            None,
+        )
+        .await?,
+    })
 }
 
 /// Applies the PillarStorageClass `<prefix>-<what>` of `store` over

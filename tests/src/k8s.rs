@@ -441,3 +441,24 @@ pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// Polls `f` every half second until it gives a value, at most `limit`
+/// (the real components' pace: a controller's resync, a sidecar's retry);
+/// says how long it took.
+pub async fn until<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f().await? {
+            println!("      {what}: after {:.1} s", start.elapsed().as_secs_f64());
+            return Ok(v);
+        }
+        if start.elapsed() > limit {
+            return Err(format!("{what}: not within {limit:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

@@ -16,37 +16,14 @@ use pillar_csi_lab::{
     csi::csi_pb as pb,
     files_bed::claim,
     guides::{check_output, Guide},
-    k8s::{ControllerManager, Sidecars},
+    k8s::{until, ControllerManager, Sidecars},
     nfs::zget,
     Result,
 };
-use std::{
-    future::Future,
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::{path::Path, time::Duration};
 
 /// How long kube-controller-manager and the provisioner may take for a step.
 const STEP: Duration = Duration::from_secs(180);
-
-/// Polls `f` every half second until it gives a value, at most [`STEP`].
-async fn until<T, F, Fut>(what: &str, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await? {
-            println!("      {what}: after {:.1} s", start.elapsed().as_secs_f64());
-            return Ok(v);
-        }
-        if start.elapsed() > STEP {
-            return Err(format!("{what}: not within {STEP:?}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
 
 /// The README's section `title` (a `###` heading), up to the next heading
 /// of its level or above.
@@ -88,7 +65,7 @@ async fn claim_files_rebind_a_retained_volume_as_the_readme_says() -> Result<()>
     // The claim `media`, provisioned and bound by the real components,
     // then written on the storage node.
     let pv_name = claim(&bed.admin, "media", &files.class.storage_class, &[]).await?;
-    until("PV of media Bound", || {
+    until("PV of media Bound", STEP, || {
         let (pvs, name) = (pvs.clone(), pv_name.clone());
         async move { Ok((phase_of(pvs.get_opt(&name).await?) == "Bound").then_some(())) }
     })
@@ -99,7 +76,7 @@ async fn claim_files_rebind_a_retained_volume_as_the_readme_says() -> Result<()>
 
     // Deleted: the PV is Released, the filesystem and its data stay.
     pvcs.delete("media", &DeleteParams::default()).await?;
-    until("PV of media Released", || {
+    until("PV of media Released", STEP, || {
         let (pvs, name) = (pvs.clone(), pv_name.clone());
         async move { Ok((phase_of(pvs.get_opt(&name).await?) == "Released").then_some(())) }
     })

@@ -169,15 +169,15 @@ fn schemas_use_no_cel_rules() {
     }
 }
 
-/// The README's filesystem-adoption objects (the block after
-/// `<!-- file: files-objects.yaml -->`), as an operator applies them.
-fn readme_files_objects() -> Vec<serde_yaml::Value> {
+/// The README's objects in the block after `<!-- file: <name> -->`, as an
+/// operator applies them.
+fn readme_objects(name: &str) -> Vec<serde_yaml::Value> {
     let readme = include_str!("../../../README.md");
     let block = readme
-        .split("<!-- file: files-objects.yaml -->\n```yaml\n")
+        .split(&format!("<!-- file: {name} -->\n```yaml\n"))
         .nth(1)
         .and_then(|rest| rest.split("\n```").next())
-        .expect("README.md has the files-objects.yaml block");
+        .unwrap_or_else(|| panic!("README.md has the {name} block"));
     block
         .split("\n---\n")
         .map(|doc| serde_yaml::from_str(doc).unwrap())
@@ -186,7 +186,7 @@ fn readme_files_objects() -> Vec<serde_yaml::Value> {
 
 #[test]
 fn the_readme_examples_of_filesystem_adoption_parse() {
-    let docs = readme_files_objects();
+    let docs = readme_objects("files-objects.yaml");
     assert_eq!(docs.len(), 3);
     let store: PillarStore = serde_yaml::from_value(docs[0].clone()).unwrap();
     let fs = store.spec.backend.zfs_dataset.unwrap();
@@ -208,5 +208,30 @@ fn the_readme_examples_of_filesystem_adoption_parse() {
     assert_eq!(
         class.spec.storage_class.reclaim_policy,
         Some(ReclaimPolicy::Retain)
+    );
+}
+
+#[test]
+fn the_readme_example_of_node_local_volumes_parses() {
+    let docs = readme_objects("local-objects.yaml");
+    assert_eq!(docs.len(), 4);
+    let agent: PillarAgent = serde_yaml::from_value(docs[0].clone()).unwrap();
+    assert_eq!(agent.spec.node_name.as_deref(), Some("worker-3"));
+    let store: PillarStore = serde_yaml::from_value(docs[1].clone()).unwrap();
+    assert_eq!(store.spec.backend.directory.unwrap().name, "dirs");
+    let proto: PillarProtocol = serde_yaml::from_value(docs[2].clone()).unwrap();
+    assert_eq!(proto.spec.protocol.local, Some(LocalProtocol {}));
+    assert!(proto.spec.protocol.nfs.is_none());
+    let class: PillarStorageClass = serde_yaml::from_value(docs[3].clone()).unwrap();
+    assert_eq!(
+        (
+            class.spec.store_ref.as_str(),
+            class.spec.protocol_ref.as_str()
+        ),
+        ("worker-3-dirs", "local")
+    );
+    assert_eq!(
+        class.spec.storage_class.volume_binding_mode,
+        Some(VolumeBindingMode::WaitForFirstConsumer)
     );
 }

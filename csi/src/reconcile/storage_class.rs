@@ -444,7 +444,10 @@ mod tests {
         let on = |node: &str| topology::allowed_topologies(Some(node.to_owned()));
         let sc = desired(&class(None), Driver::Files, on("worker-1"));
         let terms = sc.allowed_topologies.clone().unwrap_or_default();
-        let expr = &terms[0].match_label_expressions.as_ref().unwrap()[0];
+        let expr = &terms[0]
+            .match_label_expressions
+            .as_ref()
+            .expect("expressions")[0];
         assert_eq!(expr.key, api::TOPOLOGY_NODE_KEY);
         assert_eq!(expr.values, ["worker-1"]);
         assert!(immutable_differs(
