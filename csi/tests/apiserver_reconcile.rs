@@ -328,7 +328,7 @@ async fn a_pillar_storage_class_generates_and_owns_its_storage_class() -> Result
         .ok_or("no Ready condition")?;
     assert_eq!(ready.status, "True");
     assert!(
-        ready.message.contains("replaced") && ready.message.contains("immutable"),
+        ready.message.contains("replaced") && ready.message.contains("deleted and created again"),
         "{}",
         ready.message
     );
