@@ -40,6 +40,8 @@ def test_the_controller_serves_it_on_a_second_socket_with_its_own_sidecars():
         assert "--csi-address=/csi/files.sock" in files["args"]
         assert files["image"] == block["image"]
     assert "--extra-create-metadata" in container(controller, "csi-files-provisioner")["args"]
+    # An Immediate NFS claim names no topology; a node-local class's allowedTopologies do.
+    assert "--immediate-topology=false" in container(controller, "csi-files-provisioner")["args"]
     names = [c["name"] for c in controller["spec"]["template"]["spec"]["containers"]]
     assert "csi-files-snapshotter" not in names, "no snapshots of filesystem volumes yet"
 

@@ -218,6 +218,10 @@ impl Sidecars {
             if matches!(name, "csi-provisioner" | "csi-snapshotter") {
                 args.push("--extra-create-metadata".into());
             }
+            // As the chart runs it (templates/controller-deployment.yaml).
+            if name == "csi-provisioner" {
+                args.push("--immediate-topology=false".into());
+            }
             let log = dir.join(format!("k8s.{name}.log"));
             components.push(Component::spawn(name, &sidecar_binary(name)?, &args, &log)?);
         }

@@ -184,28 +184,56 @@ async fn claim_files_local_volume_pinned_to_its_node_and_bind_mounted() -> Resul
         "{refused:?}"
     );
 
-    // A forged publish context naming a path outside --local-root: refused
-    // by the node, nothing mounted.
+    // NodeStageVolume refusals, nothing mounted: a forged publish context
+    // naming a path outside --local-root, or a directory this node does
+    // not have; mount options, which a bind mount does not take.
     let forged_at = bed.path("forged-staging");
-    let forged_context = [
-        ("protocol", "local"),
-        ("address", "127.0.0.1"),
-        ("port", "0"),
-        ("target", "/etc"),
-        ("lun", "0"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    let mut forged = stage_volume(&volume, &forged_context, &forged_at, "");
-    forged.volume_capability = Some(cap.clone());
-    let refused = node
-        .node_stage_volume(forged)
-        .await
-        .expect_err("/etc is not under --local-root");
-    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
-    assert!(refused.message().contains("--local-root"), "{refused:?}");
-    assert!(mounted(&forged_at)?.is_none());
+    let context_naming = |target: &str| {
+        [
+            ("protocol", "local"),
+            ("address", "127.0.0.1"),
+            ("port", "0"),
+            ("target", target),
+            ("lun", "0"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    };
+    let absent = dirs.root.join("not-here");
+    let with_options = {
+        let mut c = cap.clone();
+        if let Some(pb::volume_capability::AccessType::Mount(m)) = &mut c.access_type {
+            m.mount_flags = vec!["noatime".into()];
+        }
+        c
+    };
+    for (target, capability, code, needle) in [
+        ("/etc", cap.clone(), Code::InvalidArgument, "--local-root"),
+        (
+            absent.to_str().ok_or("path")?,
+            cap.clone(),
+            Code::FailedPrecondition,
+            "is not on this node",
+        ),
+        (
+            path.to_str().ok_or("path")?,
+            with_options,
+            Code::InvalidArgument,
+            "are not applied to it",
+        ),
+    ] {
+        let mut forged = stage_volume(&volume, &context_naming(target), &forged_at, "");
+        forged.volume_capability = Some(capability);
+        let refused = node
+            .node_stage_volume(forged)
+            .await
+            .expect_err("the stage must be refused");
+        assert_eq!(refused.code(), code, "{target}: {refused:?}");
+        assert!(refused.message().contains(needle), "{refused:?}");
+        assert!(mounted(&forged_at)?.is_none());
+    }
+    assert!(!absent.exists(), "a refusal made nothing");
 
     // Published to its node and staged: the directory bound, not exported.
     let staging = bed.path("local-staging");

@@ -369,6 +369,7 @@ impl Agent {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::marks::ChapRecord;
@@ -382,6 +383,64 @@ mod tests {
                 password: password.into(),
             }),
             target: None,
+        }
+    }
+
+    #[test]
+    fn transports_follow_the_volume_kind() {
+        let id = VolumeId::parse("dirs/pvc-1").unwrap();
+        let directory = BackendRecord::Directory {
+            path: "/srv/xfs/volumes/pvc-1".into(),
+            inode: None,
+            project: None,
+        };
+        let dataset = BackendRecord::Dataset {
+            dataset: "tank/share/pvc-1".into(),
+            guid: None,
+        };
+        let zvol = BackendRecord::Zvol {
+            dataset: "tank/k8s/pvc-1".into(),
+            guid: None,
+        };
+        for (location, protocol) in [
+            (&directory, Protocol::Nfs),
+            (&directory, Protocol::Local),
+            (&dataset, Protocol::Nfs),
+            (&zvol, Protocol::NvmeofTcp),
+            (&zvol, Protocol::Iscsi),
+        ] {
+            assert!(
+                check_transport(&id, location, protocol).is_ok(),
+                "{protocol:?}"
+            );
+        }
+        for (location, protocol, needle) in [
+            (
+                &dataset,
+                Protocol::Local,
+                "only a directory is served node-local",
+            ),
+            (
+                &directory,
+                Protocol::Iscsi,
+                "exported over nfs or local, not iscsi",
+            ),
+            (
+                &dataset,
+                Protocol::NvmeofTcp,
+                "exported over nfs, not nvmeof-tcp",
+            ),
+            (
+                &zvol,
+                Protocol::Local,
+                "block volume: it is exported over nvmeof-tcp or iscsi, not local",
+            ),
+            (&zvol, Protocol::Nfs, "not nfs"),
+        ] {
+            let e = check_transport(&id, location, protocol)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{protocol:?}: {e}");
         }
     }
 
