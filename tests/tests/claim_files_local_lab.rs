@@ -6,8 +6,10 @@
 //! kube-controller-manager binds the claim; the PV's node affinity names
 //! the agent's node. The node bind-mounts the directory (no NFS export is
 //! made), its pods see the project limit as the filesystem's size and meet
-//! it with ENOSPC; a publish to another node, a requisite without the node
-//! and a publish context naming a path outside `--local-root` are refused.
+//! it with ENOSPC, a read-only publish is a read-only bind, an expansion
+//! raises the limit; a publish to another node, a requisite without the
+//! node, and stages naming a path outside `--local-root`, a directory the
+//! node lacks or mount options are refused.
 //!
 //! Run with `tests/lab/run tests -- claim_files_local`.
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -289,12 +291,70 @@ async fn claim_files_local_volume_pinned_to_its_node_and_bind_mounted() -> Resul
     assert_eq!(err.raw_os_error(), Some(28), "ENOSPC, got {err}");
     std::fs::remove_file(path.join("big"))?;
 
-    // Unpublished and unstaged: the binds go, the directory and its data stay.
-    node.node_unpublish_volume(pb::NodeUnpublishVolumeRequest {
+    // A read-only publish beside it: a read-only bind, a write refused (EROFS).
+    let reader = bed.path("local-reader");
+    node.node_publish_volume(pb::NodePublishVolumeRequest {
         volume_id: volume.volume_id.clone(),
-        target_path: target.display().to_string(),
+        publish_context: context.clone(),
+        staging_target_path: staging.display().to_string(),
+        target_path: reader.display().to_string(),
+        volume_capability: Some(cap.clone()),
+        readonly: true,
+        ..Default::default()
     })
     .await?;
+    assert_eq!(
+        std::fs::read(reader.join("hello"))?,
+        b"from a pod on the node"
+    );
+    let err = std::fs::write(reader.join("nope"), b"x").expect_err("read-only");
+    assert_eq!(err.raw_os_error(), Some(30), "EROFS, got {err}");
+
+    // ControllerExpandVolume raises the project's limit; no node step, the
+    // pod's statfs follows at once. ABORTED (the record changed under the
+    // call: the controller's reconcilers run beside it) is retried, as the
+    // external-resizer does.
+    let expand = pb::ControllerExpandVolumeRequest {
+        volume_id: volume.volume_id.clone(),
+        capacity_range: pillar_csi_lab::claim_requests::range(48 * MIB),
+        volume_capability: Some(cap.clone()),
+        ..Default::default()
+    };
+    let mut attempts = 0;
+    let grown = loop {
+        attempts += 1;
+        match controller.controller_expand_volume(expand.clone()).await {
+            Err(e) if e.code() == Code::Aborted && attempts < 10 => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            answer => break answer?.into_inner(),
+        }
+    };
+    assert_eq!(grown.capacity_bytes, (48 * MIB) as i64);
+    assert!(!grown.node_expansion_required);
+    assert_eq!(dirs.fs.xfs_limit(project)?, 48 * MIB);
+    let stats = node
+        .node_get_volume_stats(pb::NodeGetVolumeStatsRequest {
+            volume_id: volume.volume_id.clone(),
+            volume_path: target.display().to_string(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    assert_eq!(
+        stats.usage.first().ok_or("no usage")?.total,
+        (48 * MIB) as i64,
+        "{stats:?}"
+    );
+
+    // Unpublished and unstaged: the binds go, the directory and its data stay.
+    for at in [&target, &reader] {
+        node.node_unpublish_volume(pb::NodeUnpublishVolumeRequest {
+            volume_id: volume.volume_id.clone(),
+            target_path: at.display().to_string(),
+        })
+        .await?;
+    }
     files
         .unstage_and_unpublish(&volume.volume_id, &staging)
         .await?;
