@@ -272,6 +272,21 @@ async fn apply_class(
     Ok(class)
 }
 
+/// The volume a PV's CSI source names, as CreateVolume answered it (its
+/// handle and volume context).
+pub fn volume_of(csi: &k8s_openapi::api::core::v1::CSIPersistentVolumeSource) -> csi_pb::Volume {
+    csi_pb::Volume {
+        volume_id: csi.volume_handle.clone(),
+        volume_context: csi
+            .volume_attributes
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    }
+}
+
 /// `cap` for many nodes writing (ReadWriteMany).
 pub fn rwx(mut cap: csi_pb::VolumeCapability) -> csi_pb::VolumeCapability {
     use csi_pb::volume_capability::{access_mode::Mode, AccessMode};

@@ -19,29 +19,20 @@ use pillar_csi_lab::{
     claim_life::NAMESPACE,
     claim_requests::{capability, create_volume, stage_volume, ClaimRef},
     csi::csi_pb as pb,
-    files_bed::{claim, rwx},
+    files_bed::{claim, rwx, volume_of},
     k8s::{until, ControllerManager, Sidecars},
     nfs::{exported, fill, within},
+    node_bed::mounted,
     project_fs::project_of,
     Result,
 };
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 use tonic::Code;
 
 const MIB: u64 = 1 << 20;
 const KEY: &str = "topology.files.pillar-csi.bhyoo.com/node";
 /// How long kube-controller-manager and the provisioner may take for a step.
 const STEP: Duration = Duration::from_secs(180);
-
-/// The mount table's line for `path`, if something is mounted there.
-fn mounted(path: &Path) -> Result<Option<String>> {
-    let at = format!(" {} ", path.display());
-    Ok(std::fs::read_to_string("/proc/self/mountinfo")?
-        .lines()
-        .rev()
-        .find(|l| l.contains(&at))
-        .map(str::to_owned))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the kernel lab"]
@@ -115,15 +106,7 @@ async fn claim_files_local_volume_pinned_to_its_node_and_bind_mounted() -> Resul
         "{}",
         csi.volume_handle
     );
-    let volume = pb::Volume {
-        volume_id: csi.volume_handle.clone(),
-        volume_context: csi
-            .volume_attributes
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
-        ..Default::default()
-    };
+    let volume = volume_of(&csi);
     let leaf = volume.volume_id.rsplit('/').next().unwrap_or_default();
     let path = dirs.root.join(leaf);
     assert!(path.is_dir(), "{} made", path.display());

@@ -13,8 +13,7 @@ use kube::api::{Api, DeleteParams};
 use pillar_csi_lab::{
     claim_bed::ClaimBed,
     claim_life::NAMESPACE,
-    csi::csi_pb as pb,
-    files_bed::claim,
+    files_bed::{claim, volume_of},
     guides::{check_output, Guide},
     k8s::{until, ControllerManager, Sidecars},
     nfs::zget,
@@ -118,15 +117,7 @@ async fn claim_files_rebind_a_retained_volume_as_the_readme_says() -> Result<()>
         Some("media-2")
     );
     let csi = spec.csi.ok_or("no CSI source")?;
-    let volume = pb::Volume {
-        volume_id: csi.volume_handle.clone(),
-        volume_context: csi
-            .volume_attributes
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
-        ..Default::default()
-    };
+    let volume = volume_of(&csi);
     let staging = bed.path("rebind-staging");
     files.publish_and_stage(&volume, &staging).await?;
     let read = std::fs::read_to_string(staging.join("kept.txt"));
