@@ -34,6 +34,15 @@ const KEY: &str = "topology.files.pillar-csi.bhyoo.com/node";
 /// How long kube-controller-manager and the provisioner may take for a step.
 const STEP: Duration = Duration::from_secs(180);
 
+/// kubelet's NodeGetVolumeStats of `volume_id` published at `at`.
+fn stats_request(volume_id: &str, at: &std::path::Path) -> pb::NodeGetVolumeStatsRequest {
+    pb::NodeGetVolumeStatsRequest {
+        volume_id: volume_id.to_owned(),
+        volume_path: at.display().to_string(),
+        ..Default::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the kernel lab"]
 async fn claim_files_local_volume_pinned_to_its_node_and_bind_mounted() -> Result<()> {
@@ -254,12 +263,9 @@ async fn claim_files_local_volume_pinned_to_its_node_and_bind_mounted() -> Resul
         std::fs::read(path.join("hello"))?,
         b"from a pod on the node"
     );
+    let stats = stats_request(&volume.volume_id, &target);
     let stats = node
-        .node_get_volume_stats(pb::NodeGetVolumeStatsRequest {
-            volume_id: volume.volume_id.clone(),
-            volume_path: target.display().to_string(),
-            ..Default::default()
-        })
+        .node_get_volume_stats(stats.clone())
         .await?
         .into_inner();
     let usage = stats.usage.first().ok_or("no usage")?;
@@ -317,11 +323,7 @@ async fn claim_files_local_volume_pinned_to_its_node_and_bind_mounted() -> Resul
     assert!(!grown.node_expansion_required);
     assert_eq!(dirs.fs.xfs_limit(project)?, 48 * MIB);
     let stats = node
-        .node_get_volume_stats(pb::NodeGetVolumeStatsRequest {
-            volume_id: volume.volume_id.clone(),
-            volume_path: target.display().to_string(),
-            ..Default::default()
-        })
+        .node_get_volume_stats(stats_request(&volume.volume_id, &target))
         .await?
         .into_inner();
     assert_eq!(

@@ -11,8 +11,8 @@
 //! directory itself: the same device and inode as the recorded path.
 use super::error::{Error, Result};
 use super::mounts::{bind, mount_at, MountEntry};
-use super::record::{Phase, StagingRecord};
-use super::stage::{conflict, same_request, Access, StageRequest};
+use super::record::StagingRecord;
+use super::stage::{Access, StageRequest};
 use super::Node;
 use crate::publish_context::Protocol;
 use std::os::unix::fs::MetadataExt;
@@ -113,17 +113,7 @@ impl Node {
             fs_type: Some("bind".into()),
             ..req.record()
         };
-        let existing = self.records.load(&req.volume_id)?;
-        if let Some(have) = &existing {
-            if !same_request(have, &want) {
-                return Err(conflict(req, have, &want));
-            }
-        }
-        let mut record = existing.clone().unwrap_or(want);
-        if let Err(why) = bound_at(&record, &req.staging_path)? {
-            if mount_at(&req.staging_path)?.is_some() {
-                return Err(Error::exists(why));
-            }
+        self.stage_share(req, want, || {
             // Not followed: a symbolic link there is not the volume.
             if !std::fs::symlink_metadata(&source).is_ok_and(|m| m.is_dir()) {
                 return Err(Error::precondition(format!(
@@ -132,24 +122,8 @@ impl Node {
                     source.display()
                 )));
             }
-            if existing.is_none() {
-                self.records.save(&record)?;
-            }
-            std::fs::create_dir_all(&req.staging_path)
-                .map_err(|e| Error::io(req.staging_path.display(), e))?;
-            if let Err(e) = super::timed("bind", || bind(&source, &req.staging_path, false)) {
-                // kubelet calls no Unstage after a failed Stage.
-                if existing.is_none() {
-                    self.records.remove(&req.volume_id)?;
-                }
-                return Err(e);
-            }
-        }
-        if record.phase != Phase::Staged {
-            record.phase = Phase::Staged;
-            self.records.save(&record)?;
-        }
-        Ok(())
+            super::timed("bind", || bind(&source, &req.staging_path, false))
+        })
     }
 }
 

@@ -15,8 +15,8 @@
 //! and port are the publish context's and a flag naming them is refused.
 use super::error::{Error, Result};
 use super::mounts::{mount_at, mount_filesystem, split_options, MountEntry, Options};
-use super::record::{Phase, StagingRecord};
-use super::stage::{conflict, same_request, Access, StageRequest};
+use super::record::StagingRecord;
+use super::stage::{Access, StageRequest};
 use super::Node;
 use crate::publish_context::{Protocol, PublishContext};
 use std::net::IpAddr;
@@ -190,43 +190,16 @@ impl Node {
             fs_type: Some(mount.fs_type.to_owned()),
             ..req.record()
         };
-        let existing = self.records.load(&req.volume_id)?;
-        if let Some(have) = &existing {
-            if !same_request(have, &want) {
-                return Err(conflict(req, have, &want));
-            }
-        }
-        let mut record = existing.clone().unwrap_or(want);
-        if let Err(why) = export_at(&record, &req.staging_path)? {
-            if mount_at(&req.staging_path)?.is_some() {
-                return Err(Error::exists(why));
-            }
-            if existing.is_none() {
-                self.records.save(&record)?;
-            }
-            std::fs::create_dir_all(&req.staging_path)
-                .map_err(|e| Error::io(req.staging_path.display(), e))?;
-            let mounted = super::timed("mount", || {
+        self.stage_share(req, want, || {
+            super::timed("mount", || {
                 mount_filesystem(
                     Path::new(&mount.source),
                     &req.staging_path,
                     mount.fs_type,
                     &mount.options,
                 )
-            });
-            if let Err(e) = mounted {
-                // kubelet calls no Unstage after a failed Stage.
-                if existing.is_none() {
-                    self.records.remove(&req.volume_id)?;
-                }
-                return Err(e);
-            }
-        }
-        if record.phase != Phase::Staged {
-            record.phase = Phase::Staged;
-            self.records.save(&record)?;
-        }
-        Ok(())
+            })
+        })
     }
 }
 
