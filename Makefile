@@ -1,6 +1,9 @@
 # pillar-csi: the two commands that matter are `make demo` and `make test`.
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
+# Cargo's target folder outside the clone: a fresh clone (CI's) reuses the
+# dependencies compiled by the last build on this machine.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/pillar-csi/target
 
 .PHONY: deps demo test unit chart fuzz fuzz-long lab bench lint doc fmt csi-conformance
 

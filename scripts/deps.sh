@@ -68,8 +68,10 @@ if [ -n "$need_main" ]; then
 fi
 if [ -n "$need_bp" ]; then
   # Headers first (one kernel only), so DKMS builds ZFS once, for that kernel.
+  # INITRD=No: the lab boots the kernel without an initramfs (virtme-ng
+  # loads the modules from the host's root), so the kernel's hook builds none.
   # shellcheck disable=SC2086
-  $SUDO apt-get install -y -q -t bookworm-backports $need_bp
+  $SUDO env INITRD=No apt-get install -y -q -t bookworm-backports $need_bp
 fi
 if ! kernel_ready; then
   v=$(ls /lib/modules | sort -V | tail -n1)

@@ -12,6 +12,9 @@ merge=${2:-}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 export PATH="$HOME/.cargo/bin:$PATH"
+# The nightly, sanitized builds in a folder of their own beside the stable
+# ones when the Makefile moved Cargo's target folder out of the clone.
+if [ -n "${CARGO_TARGET_DIR:-}" ]; then export CARGO_TARGET_DIR=$CARGO_TARGET_DIR/fuzz; fi
 cargo +nightly fuzz build -O 2>"$scratch/build.log" || { cat "$scratch/build.log" >&2; exit 1; }
 # One target per core at a time (each fuzzer is one process on one core);
 # the lines are printed in the targets' order once all have run.

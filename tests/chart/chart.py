@@ -3,6 +3,7 @@ render matrix every chart test runs over."""
 from __future__ import annotations
 
 import copy
+import os
 import pathlib
 import shutil
 import tempfile
@@ -92,14 +93,16 @@ def agent_config(objects: list[dict]) -> dict:
 
 
 def pillar_csi_binary() -> pathlib.Path:
-    """The built binary: the release build when there is one, else the debug
-    build (the same libraries, the same parser)."""
-    for profile in ("release", "debug"):
-        path = ROOT / "target" / profile / "pillar-csi"
+    """The built binary in Cargo's target folder (CARGO_TARGET_DIR, which the
+    Makefile keeps outside the clone): the debug build `make chart` has just
+    made, else a release build (the same libraries, the same parser)."""
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    for profile in ("debug", "release"):
+        path = target / profile / "pillar-csi"
         if path.exists():
             return path
-    raise AssertionError("no target/release/pillar-csi nor target/debug/pillar-csi: build it "
-                         "first (make chart does: cargo build --bin pillar-csi)")
+    raise AssertionError(f"no pillar-csi under {target}/debug nor {target}/release: build it "
+                         "first (make chart does: cargo build --workspace --bins)")
 
 
 def crd_files() -> list[pathlib.Path]:

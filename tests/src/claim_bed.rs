@@ -289,6 +289,7 @@ impl ClaimBed {
     }
 
     async fn start_with(prefix: &str, agent_args: Vec<String>, files: bool) -> Result<Self> {
+        let _clock = crate::setup_clock::start("ClaimBed::start");
         let lab = Lab::get();
         let server = ApiServer::lab()?;
         server.install_chart_crds().await?;

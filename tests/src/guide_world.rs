@@ -84,6 +84,7 @@ impl GuideWorld {
     /// Prepares the nodes, pool, volume group, address and
     /// kube-controller-manager (`tests/lab/guide-world/prepare.sh`).
     pub async fn prepare() -> Result<Self> {
+        let _clock = crate::setup_clock::start("GuideWorld::prepare");
         let lab = Lab::get();
         let server = ApiServer::lab()?;
         server.install_chart_crds().await?;

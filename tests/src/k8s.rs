@@ -159,17 +159,36 @@ pub struct Sidecars {
     pub components: Vec<Component>,
 }
 
+/// How long a stopped sidecar or controller gets between SIGTERM and SIGKILL,
+/// as a deleted pod's containers get.
+const GRACE: Duration = Duration::from_secs(10);
+
+/// Stops `components` as a deleted pod's containers stop: SIGTERM to all,
+/// SIGKILL (on drop) to those still running after [`GRACE`]. A component
+/// that runs leader election gives its lease up on SIGTERM; killed, it
+/// would leave the lease held for its whole duration (60 s here), and the
+/// next test's sidecars on the same API server would wait that out.
+fn terminate_all(components: &mut [Component]) {
+    components.iter_mut().for_each(Component::send_term);
+    let start = std::time::Instant::now();
+    while components.iter_mut().any(Component::running) && start.elapsed() < GRACE {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Drop for Sidecars {
+    fn drop(&mut self) {
+        terminate_all(&mut self.components);
+    }
+}
+
 impl Sidecars {
-    /// Stops them as a deleted pod's containers stop: SIGTERM to all,
-    /// SIGKILL to those still running after a grace period of 10 s.
+    /// Stops them as a deleted pod's containers stop ([`terminate_all`]).
     pub async fn terminate(mut self) {
-        self.components.iter_mut().for_each(Component::send_term);
-        let start = std::time::Instant::now();
-        while self.components.iter_mut().any(Component::running)
-            && start.elapsed() < Duration::from_secs(10)
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let mut components = std::mem::take(&mut self.components);
+        tokio::task::spawn_blocking(move || terminate_all(&mut components))
+            .await
+            .ok();
     }
 
     /// Starts again each sidecar that exited, as kubelet restarts a
@@ -202,6 +221,7 @@ impl Sidecars {
     /// chart runs them, against `server`, each logging to
     /// `dir/k8s.<name>.log`.
     pub async fn start_on(server: &ApiServer, socket: &Path, dir: &Path) -> Result<Self> {
+        let _clock = crate::setup_clock::start("sidecars");
         server.controller_client().await?;
         let kubeconfig = server.kubeconfig_of("pillar-csi-controller");
         let mut components = Vec::new();
@@ -286,6 +306,7 @@ impl ControllerManager {
         controllers: &str,
         flags: &[&str],
     ) -> Result<Self> {
+        let _clock = crate::setup_clock::start("kube-controller-manager");
         let program = which("kube-controller-manager")?;
         let mut args: Vec<OsString> = vec![
             format!("--kubeconfig={}", server.kubeconfig().display()).into(),
@@ -390,6 +411,12 @@ impl Drop for KubeProxy {
 /// The snapshot-controller (external-snapshotter), against `server` as its
 /// admin, after the VolumeSnapshot CRDs of its release are applied.
 pub struct SnapshotController(pub Component);
+
+impl Drop for SnapshotController {
+    fn drop(&mut self) {
+        terminate_all(std::slice::from_mut(&mut self.0));
+    }
+}
 
 impl SnapshotController {
     /// Applies the VolumeSnapshot, VolumeSnapshotContent and

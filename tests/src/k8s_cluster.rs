@@ -69,6 +69,7 @@ impl<'a> Cluster<'a> {
     /// as kubelet and node-driver-registrar would (no kubelet runs), and
     /// waits for the namespace's default ServiceAccount.
     pub async fn start(bed: &'a ClaimBed) -> Result<Self> {
+        let _clock = crate::setup_clock::start("Cluster::start");
         let kcm = ControllerManager::start(&bed.server, &bed.lab.work).await?;
         let cluster = Self::around(bed, kcm, None).await?;
         let node: Node = from(json!({
@@ -98,6 +99,7 @@ impl<'a> Cluster<'a> {
     /// itself; once it is Ready, the node plugin is registered with
     /// kubelet, which writes the CSINode from the plugin's NodeGetInfo.
     pub async fn start_with_kubelet(bed: &'a ClaimBed) -> Result<Self> {
+        let _clock = crate::setup_clock::start("Cluster::start_with_kubelet");
         let kcm = ControllerManager::start_for_kubelet(&bed.server, &bed.lab.work).await?;
         let scheduler = Scheduler::start(&bed.server, &bed.lab.work)?;
         let kubelet = Kubelet::start(&bed.server, &bed.admin, &bed.plugin.node_name).await?;
@@ -149,6 +151,7 @@ impl<'a> Cluster<'a> {
         node_name: &str,
         parent: String,
     ) -> Result<Self> {
+        let _clock = crate::setup_clock::start("Cluster::start_for_chart");
         let admin = server.client().await?;
         let kcm = ControllerManager::start_for_chart(server, work).await?;
         let snapshots = SnapshotController::start(server, work).await?;

@@ -51,6 +51,7 @@ impl Kubelet {
     /// the lab's kubelet credentials. The Node registers itself; the caller
     /// waits for it to be Ready.
     pub async fn start(server: &ApiServer, admin: &kube::Client, node_name: &str) -> Result<Self> {
+        let _clock = crate::setup_clock::start("kubelet");
         let binding: ClusterRoleBinding = serde_json::from_value(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": "lab-kubelets"},

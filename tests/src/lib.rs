@@ -43,6 +43,7 @@ pub mod pod_life;
 pub mod progress;
 pub mod project_fs;
 pub mod sanity;
+pub mod setup_clock;
 pub mod tls;
 
 pub use cmd::{run, CmdError};

@@ -68,6 +68,7 @@ impl Bench {
     /// [`Bench::new`] with more flags for the agent (for example
     /// `--key-encryption-key-file <file>`).
     pub async fn with_agent_args(name: &str, agent_args: Vec<String>) -> Result<Self> {
+        let _clock = crate::setup_clock::start("NodeBed::start");
         let lab = Lab::get();
         let parent = ZfsParent::create(&lab, name)?;
         let mut config = AgentConfig::zvols_and_thin_lvs(
