@@ -321,14 +321,18 @@ impl ControllerManager {
             "--v=2".into(),
         ];
         args.extend(flags.iter().map(OsString::from));
-        let mut kcm = Component::spawn(
-            "kube-controller-manager",
-            &program,
-            &args,
-            &dir.join("k8s.kube-controller-manager.log"),
-        )?;
+        // The log is appended to by every kube-controller-manager of this
+        // guest: only what this one wrote tells that it started.
+        let log = dir.join("k8s.kube-controller-manager.log");
+        let before = fs::metadata(&log).map_or(0, |m| m.len()) as usize;
+        let mut kcm = Component::spawn("kube-controller-manager", &program, &args, &log)?;
         let start = std::time::Instant::now();
-        while !kcm.log().contains("Started \"attachdetach\"") {
+        let started = || {
+            let written = fs::read(&log).unwrap_or_default();
+            String::from_utf8_lossy(written.get(before..).unwrap_or_default())
+                .contains("Started \"attachdetach\"")
+        };
+        while !started() {
             kcm.check_running()?;
             if start.elapsed() > Duration::from_secs(180) {
                 return Err(format!(
