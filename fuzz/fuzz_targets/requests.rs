@@ -8,7 +8,7 @@
 //! protocol, initiators and CHAP before it takes the volume's lock and loads
 //! its mark. So the target runs the whole service over the simulated
 //! backends (feature `sim`: zvol pool `tank`, volume group `data-vg`) and the
-//! real NVMe/TCP, iSCSI and NFS exporters (their configfs roots and exports
+//! real NVMe/TCP, iSCSI, NFS and node-local exporters (their configfs roots and exports
 //! folder do not exist; their initiator checks touch nothing), with a mark store whose folder has
 //! been replaced by a file. A request that passes every check then fails
 //! loading its mark with INTERNAL naming that folder: that is the end of
@@ -32,7 +32,7 @@
 use libfuzzer_sys::fuzz_target;
 use pillar_csi_agent::{
     config::Listener,
-    export::{Exporter, LioExporter, NfsExporter, NvmetExporter, TargetNames},
+    export::{Exporter, LioExporter, LocalExporter, NfsExporter, NvmetExporter, TargetNames},
     grpc::AgentGrpc,
     marks::MarkStore,
     service::{sim::SimBackend, sim_lvm::SimLvm, Agent},
@@ -86,6 +86,10 @@ fn harness() -> &'static Harness {
                 nowhere.join("exports.d"),
                 vec!["false".into()],
             )),
+            // Node-local volumes (no kernel target): its node-name checks
+            // are fuzzed too, and a `local` request is no longer refused
+            // as a protocol this agent lacks.
+            Arc::new(LocalExporter),
         ];
         let agent = Agent::new(
             vec![Arc::new(SimBackend::default()), Arc::new(SimLvm::default())],
