@@ -132,6 +132,14 @@ fn start(name: &str, program: &Path, args: &[OsString], log: &Path) -> Result<Ch
 /// Where `scripts/deps-sidecars.sh` put `name` (a sidecar, the
 /// snapshot-controller, the folder of the snapshot CRDs).
 pub fn sidecar_binary(name: &str) -> Result<PathBuf> {
+    // In the lab, the control plane's programs run on the host through
+    // links of their names ([`crate::host_exec`]).
+    if let Some(tools) = std::env::var_os(crate::host_exec::TOOLS_VAR) {
+        let link = PathBuf::from(tools).join(name);
+        if link.exists() {
+            return Ok(link);
+        }
+    }
     let dir = match std::env::var_os("PILLAR_LAB_GO_BIN") {
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
@@ -348,7 +356,8 @@ impl ControllerManager {
 }
 
 /// kube-scheduler, against `server` as its admin (no leader election, no
-/// insecure port), logging into `dir`.
+/// port of its own: in the lab it runs on the host beside other guests'
+/// schedulers, [`crate::host_exec`]), logging into `dir`.
 pub struct Scheduler(pub Component);
 
 impl Scheduler {
@@ -358,6 +367,7 @@ impl Scheduler {
             format!("--kubeconfig={}", server.kubeconfig().display()).into(),
             "--leader-elect=false".into(),
             "--port=0".into(),
+            "--secure-port=0".into(),
             "--v=2".into(),
         ];
         Ok(Self(Component::spawn(

@@ -29,6 +29,7 @@ pub mod env;
 pub mod files_bed;
 pub mod guide_world;
 pub mod guides;
+pub mod host_exec;
 pub mod iscsi;
 pub mod k8s;
 pub mod k8s_cluster;
