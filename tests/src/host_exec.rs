@@ -263,8 +263,12 @@ async fn connection(stream: TcpStream, token: &str) -> Result<()> {
         return Ok(());
     };
     // What the program wrote before it ended, then its status.
-    for pump in pumps {
-        let _ = tokio::time::timeout(Duration::from_secs(5), pump).await;
+    // (A pipe a child of the program still holds is cut after 5 s.)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    for mut pump in pumps {
+        if tokio::time::timeout_at(deadline, &mut pump).await.is_err() {
+            pump.abort();
+        }
     }
     let mut write_half = writer.await?;
     let code = match (
@@ -563,6 +567,18 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn a_program_whose_child_keeps_its_output_open_still_ends() {
+        let (_dir, kubectl) = program("sleep 30 & echo started; exit 0");
+        let mut stream = connect(&request(&kubectl, &[])).await;
+        let (out, _, (tag, data)) =
+            tokio::time::timeout(Duration::from_secs(15), outcome(&mut stream))
+                .await
+                .expect("the exit status within 15 s");
+        assert_eq!(out, "started\n");
+        assert_eq!((tag, as_i32(&data).unwrap()), (EXIT, 0));
     }
 
     #[tokio::test]
