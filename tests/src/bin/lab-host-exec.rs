@@ -1,10 +1,12 @@
 //! The lab's control-plane programs run on the host ([`pillar_csi_lab::host_exec`]).
 //!
 //!     lab-host-exec serve FOLDER   (on the host, by tests/lab/run)
+//!     lab-host-exec links FOLDER   (in the guest, by tests/lab/guest)
 //!
 //! binds the host's 127.0.0.1 on a free port, writes the port to
 //! FOLDER/host-exec.port and a new token to FOLDER/host-exec.token (read
-//! by root only), and serves until killed. Run as `kubectl`, `helm`,
+//! by root only), and serves until killed. `links` makes FOLDER's links,
+//! one per program below, to this binary. Run as `kubectl`, `helm`,
 //! `kube-controller-manager`, `kube-scheduler` or `snapshot-controller`
 //! (a link of that name in the guest's `PILLAR_LAB_HOST_TOOLS` folder), it
 //! runs that program on the host and exits as it did.
@@ -49,9 +51,16 @@ fn main() -> ExitCode {
                 }
             }
         }
+        [links_word, folder] if links_word == "links" => match links(Path::new(folder)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("lab-host-exec: links in {folder}: {e}");
+                ExitCode::FAILURE
+            }
+        },
         _ => {
             eprintln!(
-                "usage: lab-host-exec serve FOLDER, or run as one of: {}",
+                "usage: lab-host-exec serve FOLDER | links FOLDER, or run as one of: {}",
                 PROGRAMS.join(", ")
             );
             ExitCode::from(2)
@@ -74,4 +83,16 @@ async fn start_serving(folder: &Path) -> pillar_csi_lab::Result<()> {
     std::fs::write(&tmp, format!("{port}\n"))?;
     std::fs::rename(&tmp, folder.join("host-exec.port"))?;
     serve(listener, token).await
+}
+
+/// A link in `folder` to this binary for each program run on the host.
+fn links(folder: &Path) -> std::io::Result<()> {
+    let me = std::env::current_exe()?;
+    std::fs::create_dir_all(folder)?;
+    for program in PROGRAMS {
+        let link = folder.join(program);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&me, &link)?;
+    }
+    Ok(())
 }
